@@ -1,0 +1,81 @@
+/** Base class of every error leasehold throws; `code` is stable across versions. */
+export class LeaseholdError extends Error {
+  readonly code: string;
+  constructor(code: string, message: string, options?: { cause?: unknown }) {
+    super(message, options);
+    this.code = code;
+    this.name = new.target.name;
+  }
+}
+
+/** A bad argument, rejected before any I/O. */
+export class InvalidArgumentError extends LeaseholdError {
+  constructor(message: string) {
+    super('LEASEHOLD_INVALID_ARGUMENT', message);
+  }
+}
+
+/** `acquire` could not get the lock before its `wait` deadline. */
+export class LockTimeoutError extends LeaseholdError {
+  readonly key: string;
+  readonly waitedMs: number;
+  constructor(key: string, waitedMs: number) {
+    super('LEASEHOLD_LOCK_TIMEOUT', `could not acquire "${key}" within ${Math.round(waitedMs)}ms`);
+    this.key = key;
+    this.waitedMs = waitedMs;
+  }
+}
+
+/** The lease is no longer ours: expired, deleted, taken over, or its session died. */
+export class LeaseLostError extends LeaseholdError {
+  readonly key: string;
+  constructor(key: string, reason: string, options?: { cause?: unknown }) {
+    super('LEASEHOLD_LEASE_LOST', `lease on "${key}" lost: ${reason}`, options);
+    this.key = key;
+  }
+}
+
+/** A multi-node backend could not reach a majority. `causes` has one entry per node. */
+export class QuorumError extends LeaseholdError {
+  readonly causes: readonly unknown[];
+  constructor(message: string, causes: readonly unknown[]) {
+    super('LEASEHOLD_QUORUM', message, { cause: causes.find((c) => c instanceof Error) });
+    this.causes = causes;
+  }
+}
+
+/** The backend failed (connection, server error). */
+export class BackendError extends LeaseholdError {
+  constructor(message: string, options?: { cause?: unknown }) {
+    super('LEASEHOLD_BACKEND', message, options);
+  }
+}
+
+/** A resource saw a fence lower than the highest it has accepted. */
+export class StaleFenceError extends LeaseholdError {
+  readonly resource: string;
+  readonly fence: bigint;
+  readonly highest: bigint;
+  constructor(resource: string, fence: bigint, highest: bigint) {
+    super('LEASEHOLD_STALE_FENCE', `stale fence ${fence} for "${resource}" (highest seen ${highest})`);
+    this.resource = resource;
+    this.fence = fence;
+    this.highest = highest;
+  }
+}
+
+/** Optimistic retries ran out. */
+export class ConflictError extends LeaseholdError {
+  readonly attempts: number;
+  constructor(attempts: number) {
+    super('LEASEHOLD_CONFLICT', `version conflict persisted after ${attempts} attempts`);
+    this.attempts = attempts;
+  }
+}
+
+/** An operation needs leadership this process does not have. */
+export class NotLeaderError extends LeaseholdError {
+  constructor(message: string) {
+    super('LEASEHOLD_NOT_LEADER', message);
+  }
+}
