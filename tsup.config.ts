@@ -1,12 +1,13 @@
+import { readdirSync } from 'node:fs';
 import { defineConfig } from 'tsup';
+
+// one entry per backend folder: `leasehold/<name>`
+const backends = readdirSync('src/backends', { withFileTypes: true }).filter((d) => d.isDirectory());
 
 export default defineConfig({
   entry: {
     index: 'src/index.ts',
-    'backends/memory/index': 'src/backends/memory/index.ts',
-    'backends/redis/index': 'src/backends/redis/index.ts',
-    'backends/redlock/index': 'src/backends/redlock/index.ts',
-    'backends/postgres/index': 'src/backends/postgres/index.ts',
+    ...Object.fromEntries(backends.map((d) => [`backends/${d.name}/index`, `src/backends/${d.name}/index.ts`])),
   },
   format: ['esm', 'cjs'],
   dts: true,

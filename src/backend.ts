@@ -60,7 +60,11 @@ export interface BackendCapabilities {
 /** Optional result store for idempotency keys. */
 export interface ResultStore {
   /** Atomically claims `key` for `token` unless it is claimed or done. */
-  claim(key: string, token: string, ttlMs: number): Promise<{ state: 'claimed' } | { state: 'busy' } | { state: 'done'; result: string }>;
+  claim(
+    key: string,
+    token: string,
+    ttlMs: number,
+  ): Promise<{ state: 'claimed' } | { state: 'busy' } | { state: 'done'; result: string }>;
   /** Stores the result for `key` if `token` still owns the claim. */
   complete(key: string, token: string, result: string, ttlMs: number): Promise<boolean>;
   /** Drops a claim (the function threw) if `token` still owns it. */

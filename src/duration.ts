@@ -18,15 +18,19 @@ export function toMs(value: unknown, name: string, { allowZero = false } = {}): 
     ms = value;
   } else if (typeof value === 'string') {
     const m = PATTERN.exec(value);
-    if (!m) throw new InvalidArgumentError(`${name}: "${value}" is not a duration (use ms or '250ms', '30s', '5m', '1h')`);
+    if (!m)
+      throw new InvalidArgumentError(`${name}: "${value}" is not a duration (use ms or '250ms', '30s', '5m', '1h')`);
     ms = Number(m[1]) * UNITS[m[2] ?? 'ms']!;
   } else {
-    throw new InvalidArgumentError(`${name} must be a number of milliseconds or a string like '30s', got ${typeof value}`);
+    throw new InvalidArgumentError(
+      `${name} must be a number of milliseconds or a string like '30s', got ${typeof value}`,
+    );
   }
   if (!Number.isFinite(ms)) throw new InvalidArgumentError(`${name} must be finite, got ${String(value)}`);
   if (ms < 0 || (ms === 0 && !allowZero)) {
     throw new InvalidArgumentError(`${name} must be ${allowZero ? '≥ 0' : '> 0'}, got ${String(value)}`);
   }
-  if (ms > MAX_DURATION_MS) throw new InvalidArgumentError(`${name} must be at most ${MAX_DURATION_MS}ms (~24.8 days), got ${String(value)}`);
+  if (ms > MAX_DURATION_MS)
+    throw new InvalidArgumentError(`${name} must be at most ${MAX_DURATION_MS}ms (~24.8 days), got ${String(value)}`);
   return Math.ceil(ms);
 }

@@ -98,7 +98,7 @@ class IoredisAdapter implements RedisAdapter {
       sub.on('message', (channel: string) => this.listeners.get(channel)?.(channel));
       this.subReady = Promise.resolve(sub);
     }
-    return this.subReady;
+    return this.subReady as Promise<any>;
   }
 
   async subscribe(channel: string, listener: MessageListener): Promise<void> {
@@ -155,7 +155,7 @@ class NodeRedisAdapter implements RedisAdapter {
       sub.on('error', () => {});
       this.subReady = sub.connect().then(() => sub);
     }
-    return this.subReady;
+    return this.subReady as Promise<any>;
   }
 
   async subscribe(channel: string, listener: MessageListener): Promise<void> {

@@ -1,0 +1,172 @@
+/**
+ * In-process backend: a map of leases with per-key fence counters, a fair arrival queue per key,
+ * and push wake-ups by an in-process event. Share one `MemoryStore` between several `memory()`
+ * backends to model several processes on one server (tests, demos).
+ */
+import type { AcquireRequest, Backend, ExtendItem, Grant, LockInfo } from '../../backend.js';
+import { InvalidArgumentError } from '../../errors.js';
+import { checkOptions } from '../../validate.js';
+
+interface Entry {
+  token: string;
+  expiresAt: number;
+  value: string | undefined;
+}
+
+const clock = (): number => performance.now();
+
+/** The shared state: what a server would hold. */
+export class MemoryStore {
+  readonly locks = new Map<string, Entry>();
+  readonly fences = new Map<string, bigint>();
+  /** Arrival queue per key: token → expiry of that waiter's place (insertion order = arrival). */
+  readonly queues = new Map<string, Map<string, number>>();
+  private readonly listeners = new Map<string, Set<() => void>>();
+  /** Per key: how many wake-ups were sent (a waiter compares it with what it saw when it tried). */
+  readonly generations = new Map<string, number>();
+
+  live(key: string): Entry | undefined {
+    const e = this.locks.get(key);
+    if (e && e.expiresAt <= clock()) {
+      this.locks.delete(key);
+      return undefined;
+    }
+    return e;
+  }
+
+  queueHead(key: string): string | undefined {
+    const q = this.queues.get(key);
+    if (!q) return undefined;
+    const t = clock();
+    for (const [token, exp] of q) {
+      if (exp > t) return token;
+      q.delete(token);
+    }
+    this.queues.delete(key);
+    return undefined;
+  }
+
+  on(key: string, fn: () => void): () => void {
+    let set = this.listeners.get(key);
+    if (!set) this.listeners.set(key, (set = new Set()));
+    set.add(fn);
+    return () => {
+      set.delete(fn);
+      if (set.size === 0 && this.listeners.get(key) === set) this.listeners.delete(key);
+    };
+  }
+
+  notify(key: string): void {
+    this.generations.set(key, (this.generations.get(key) ?? 0) + 1);
+    const set = this.listeners.get(key);
+    if (set) for (const fn of [...set]) fn();
+  }
+}
+
+export interface MemoryOptions {
+  /** Share state with other memory backends (several "processes" on one "server"). */
+  store?: MemoryStore;
+}
+
+export function memory(options?: MemoryOptions): MemoryBackend {
+  const o = checkOptions<MemoryOptions>(options, ['store'], 'memory');
+  if (o.store !== undefined && !(o.store instanceof MemoryStore))
+    throw new InvalidArgumentError('memory: store must be a MemoryStore');
+  return new MemoryBackend(o.store ?? new MemoryStore());
+}
+
+export class MemoryBackend implements Backend {
+  readonly name = 'memory';
+  readonly capabilities = { push: true, fair: true, value: true, results: false, session: false } as const;
+  private closed = false;
+  /** Per key: the wake-up generation when our last attempt was refused. */
+  private readonly seen = new Map<string, number>();
+
+  constructor(readonly store: MemoryStore) {}
+
+  async acquire(key: string, req: AcquireRequest): Promise<Grant | null> {
+    this.assertOpen();
+    const s = this.store;
+    const t = clock();
+    const head = s.queueHead(key);
+    if (!s.live(key) && (head === undefined || head === req.token)) {
+      s.queues.get(key)?.delete(req.token);
+      this.seen.delete(key);
+      s.locks.set(key, { token: req.token, expiresAt: t + req.ttlMs, value: req.value });
+      const fence = (s.fences.get(key) ?? 0n) + 1n;
+      s.fences.set(key, fence);
+      return { fence };
+    }
+    if (req.queue) {
+      this.seen.set(key, s.generations.get(key) ?? 0);
+      let q = s.queues.get(key);
+      if (!q) s.queues.set(key, (q = new Map()));
+      q.set(req.token, t + req.ttlMs); // Map.set keeps the original position: arrival order
+    }
+    return null;
+  }
+
+  async extend(items: readonly ExtendItem[]): Promise<boolean[]> {
+    this.assertOpen();
+    return items.map(({ key, token, ttlMs }) => {
+      const e = this.store.live(key);
+      if (!e || e.token !== token) return false;
+      e.expiresAt = clock() + ttlMs;
+      return true;
+    });
+  }
+
+  async release(key: string, token: string): Promise<boolean> {
+    this.assertOpen();
+    const e = this.store.live(key);
+    if (!e || e.token !== token) return false;
+    this.store.locks.delete(key);
+    this.store.notify(key);
+    return true;
+  }
+
+  async leave(key: string, token: string): Promise<void> {
+    const q = this.store.queues.get(key);
+    if (q?.delete(token)) this.store.notify(key);
+  }
+
+  waitForChange(key: string, signal: AbortSignal, maxMs: number): Promise<void> {
+    return new Promise((resolve) => {
+      if (signal.aborted || this.closed) return resolve();
+      // a release that came between our refused attempt and now: try again at once
+      if ((this.store.generations.get(key) ?? 0) !== (this.seen.get(key) ?? 0)) return resolve();
+      const e = this.store.live(key);
+      // an expiry wakes nobody by itself: wake at the holder's expiry at the latest
+      const until = e ? Math.min(maxMs, Math.max(1, Math.ceil(e.expiresAt - clock()) + 1)) : maxMs;
+      const done = () => {
+        clearTimeout(timer);
+        off();
+        signal.removeEventListener('abort', done);
+        resolve();
+      };
+      const timer = setTimeout(done, until);
+      const off = this.store.on(key, done);
+      signal.addEventListener('abort', done, { once: true });
+    });
+  }
+
+  async inspect(key: string): Promise<LockInfo | null> {
+    this.assertOpen();
+    const e = this.store.live(key);
+    if (!e) return null;
+    const info: LockInfo = {
+      key,
+      fence: this.store.fences.get(key) ?? 0n,
+      remainingMs: Math.max(0, Math.round(e.expiresAt - clock())),
+    };
+    return e.value === undefined ? info : { ...info, value: e.value };
+  }
+
+  async close(): Promise<void> {
+    this.closed = true;
+  }
+
+  private assertOpen(): void {
+    if (this.closed) throw new InvalidArgumentError('memory backend is closed');
+  }
+}

@@ -1,0 +1,34 @@
+/** Real Redis clients for tests. A missing server fails the test run; it is never skipped. */
+import { Redis } from 'ioredis';
+import { createClient } from 'redis';
+
+export const REDIS_URL = process.env.LEASEHOLD_REDIS_URL ?? 'redis://127.0.0.1:6379';
+
+export type ClientKind = 'ioredis' | 'node-redis';
+
+/** Opens clients and remembers them so one call closes them all. */
+export class Clients {
+  private readonly open: Array<() => Promise<unknown>> = [];
+
+  async make(kind: ClientKind, url = REDIS_URL): Promise<any> {
+    if (kind === 'ioredis') {
+      const c = new Redis(url, { maxRetriesPerRequest: 1, connectTimeout: 2000, lazyConnect: true });
+      await c.connect().catch((e: Error) => {
+        throw new Error(`Redis at ${url} is not reachable (run scripts/services.sh): ${e.message}`);
+      });
+      this.open.push(() => c.quit().catch(() => c.disconnect()));
+      return c;
+    }
+    const c = createClient({ url, socket: { connectTimeout: 2000, reconnectStrategy: false } });
+    c.on('error', () => {});
+    await c.connect().catch((e: Error) => {
+      throw new Error(`Redis at ${url} is not reachable (run scripts/services.sh): ${e.message}`);
+    });
+    this.open.push(() => c.close().catch(() => {}));
+    return c;
+  }
+
+  async closeAll(): Promise<void> {
+    await Promise.allSettled(this.open.splice(0).map((f) => f()));
+  }
+}
