@@ -1,4 +1,5 @@
 /** Locks: acquire / tryAcquire / withLock / runExclusive / inspect / close over one backend. */
+import { setMaxListeners } from 'node:events';
 import type { Backend, Grant } from './backend.js';
 import { toMs, type Duration } from './duration.js';
 import { InvalidArgumentError, LeaseholdError, LockTimeoutError } from './errors.js';
@@ -131,6 +132,7 @@ class LocksImpl implements Locks, LeaseHost {
     this.prefix = o.prefix ?? 'leasehold';
     this.retry = parseRetry(o.retry, 'createLocks');
     this.keeper = new Keeper(this.backend);
+    setMaxListeners(0, this.closing.signal); // one listener per waiting call, by design
     this.backend.onLost?.((fullKey, token, cause) => {
       this.keeper.find(fullKey, token)?.lose('the backend session holding it ended', cause);
     });

@@ -1,0 +1,254 @@
+/**
+ * The engine's own behaviour (scheduling, clocks, signals, events), on the memory backend with
+ * wrappers that slow it down or make it fail. A wrapper never stands in for a real server here:
+ * backend behaviour is the conformance suite's job.
+ */
+import diagnostics from 'node:diagnostics_channel';
+import { afterEach, describe, expect, test } from 'vitest';
+import type { Backend, ExtendItem } from '../../src/backend.js';
+import { memory, MemoryStore } from '../../src/backends/memory/index.js';
+import {
+  BackendError,
+  createLocks,
+  FenceGate,
+  InvalidArgumentError,
+  LeaseholdError,
+  LeaseLostError,
+  StaleFenceError,
+  type Locks,
+} from '../../src/index.js';
+import { spy } from '../conformance/spy.js';
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+const open: Locks[] = [];
+const make = (backend: Backend, opts = {}) => {
+  const l = createLocks(backend, opts);
+  open.push(l);
+  return l;
+};
+afterEach(async () => {
+  await Promise.allSettled(open.splice(0).map((l) => l.close()));
+});
+
+/** Delays every call of a real memory backend (a slow network). */
+function slow(inner: Backend, ms: number): Backend {
+  return {
+    name: inner.name,
+    capabilities: inner.capabilities,
+    acquire: async (k, r) => (await sleep(ms), inner.acquire(k, r)),
+    extend: async (items) => (await sleep(ms), inner.extend(items)),
+    release: async (k, t) => (await sleep(ms), inner.release(k, t)),
+    close: () => inner.close(),
+  };
+}
+
+describe('renewal', () => {
+  test('one keeper renews all held leases in batches, not a call per lease', async () => {
+    const b = spy(memory());
+    const locks = make(b, { ttl: 600 }); // renewal interval 200ms
+    const leases = await Promise.all(Array.from({ length: 200 }, (_, i) => locks.acquire(`k${i}`)));
+    await sleep(1300); // ≥ 6 renewal intervals
+    expect(leases.every((l) => l.held)).toBe(true);
+    const renewedItems = b.extendBatches.reduce((a, n) => a + n, 0);
+    expect(renewedItems).toBeGreaterThanOrEqual(200 * 4);
+    // leases acquired together are renewed together: a handful of calls per interval at most
+    expect(b.extendBatches.length).toBeLessThanOrEqual(2 * 7);
+    expect(Math.max(...b.extendBatches)).toBe(200);
+  });
+
+  test('a refused renewal marks the lease lost: held false, signal aborted with LeaseLostError, an event', async () => {
+    const store = new MemoryStore();
+    const locks = make(memory({ store }), { ttl: 300 });
+    const lease = await locks.acquire('x');
+    const events: any[] = [];
+    const on = (m: unknown) => events.push(m);
+    diagnostics.subscribe('leasehold:lost', on);
+    try {
+      store.locks.delete('leasehold:x');
+      await new Promise((r) => lease.signal.addEventListener('abort', r, { once: true }));
+      expect(lease.held).toBe(false);
+      expect(lease.signal.reason).toBeInstanceOf(LeaseLostError);
+      expect(lease.remaining()).toBe(0);
+      expect(events).toHaveLength(1);
+      expect(events[0]).toMatchObject({ key: 'x', fence: lease.fence, backend: 'memory' });
+      expect(JSON.stringify(events[0], (_, v) => (typeof v === 'bigint' ? `${v}` : v))).not.toContain(lease.token);
+    } finally {
+      diagnostics.unsubscribe('leasehold:lost', on);
+    }
+  });
+
+  test('failing renewals are retried, then the lease is lost at its own deadline — no unhandled rejection', async () => {
+    const inner = memory();
+    let failing = false;
+    let attempts = 0;
+    const flaky: Backend = {
+      ...Object.fromEntries(['acquire', 'release', 'close'].map((m) => [m, (inner as any)[m].bind(inner)])),
+      name: 'flaky',
+      capabilities: inner.capabilities,
+      extend: async (items: readonly ExtendItem[]) => {
+        if (failing) {
+          attempts++;
+          throw new Error('connection reset');
+        }
+        return inner.extend(items);
+      },
+    } as Backend;
+    const locks = make(flaky, { ttl: 400 });
+    const lease = await locks.acquire('x');
+    const t0 = performance.now();
+    failing = true;
+    await new Promise((r) => lease.signal.addEventListener('abort', r, { once: true }));
+    const after = performance.now() - t0;
+    expect(lease.signal.reason).toBeInstanceOf(LeaseLostError);
+    expect(attempts).toBeGreaterThanOrEqual(2);
+    // lost no later than the lease's validity (400ms minus drift) after its last good renewal
+    expect(after).toBeLessThanOrEqual(450);
+  });
+
+  test('renew: false leases are not renewed and are lost when their TTL runs out', async () => {
+    const b = spy(memory());
+    const locks = make(b, { ttl: 200, renew: false });
+    const lease = await locks.acquire('x');
+    await new Promise((r) => lease.signal.addEventListener('abort', r, { once: true }));
+    expect(b.extendBatches).toHaveLength(0);
+    expect(lease.held).toBe(false);
+  });
+});
+
+describe('clocks', () => {
+  test('remaining() counts from before the acquire was sent, minus a drift margin', async () => {
+    const locks = make(slow(memory(), 80), { ttl: 1000 });
+    const lease = await locks.acquire('x');
+    const left = lease.remaining();
+    // ≥ 80ms of the round trip already spent, and 1% + 2ms drift
+    expect(left).toBeLessThanOrEqual(1000 - 80 - 12 + 1);
+    expect(left).toBeGreaterThan(700);
+    await sleep(50);
+    expect(lease.remaining()).toBeLessThan(left);
+  });
+});
+
+describe('lease lifecycle', () => {
+  test('release aborts the signal with a plain abort; a second release returns false', async () => {
+    const locks = make(memory());
+    const lease = await locks.acquire('x');
+    expect(await lease.release()).toBe(true);
+    expect(lease.signal.aborted).toBe(true);
+    expect(lease.signal.reason).not.toBeInstanceOf(LeaseLostError);
+    expect(await lease.release()).toBe(false);
+  });
+
+  test('extend with a new TTL moves the deadline', async () => {
+    const locks = make(memory(), { ttl: 500, renew: false });
+    const lease = await locks.acquire('x');
+    await lease.extend('5s');
+    expect(lease.remaining()).toBeGreaterThan(4000);
+  });
+
+  test('a release that fails on the wire throws BackendError and still ends the lease locally', async () => {
+    const inner = memory();
+    const broken: Backend = {
+      ...Object.fromEntries(['acquire', 'extend', 'close'].map((m) => [m, (inner as any)[m].bind(inner)])),
+      name: 'broken',
+      capabilities: inner.capabilities,
+      release: async () => {
+        throw new Error('socket closed');
+      },
+    } as Backend;
+    const locks = make(broken);
+    const lease = await locks.acquire('x');
+    await expect(lease.release()).rejects.toBeInstanceOf(BackendError);
+    expect(lease.held).toBe(false);
+    // withLock does not turn a finished job into a failure because the release could not be sent
+    await expect(locks.withLock('y', () => 7)).resolves.toBe(7);
+  });
+
+  test('an abort while the grant is in flight gives the lock back', async () => {
+    const store = new MemoryStore();
+    const locks = make(slow(memory({ store }), 50));
+    const ctrl = new AbortController();
+    const p = locks.acquire('x', { signal: ctrl.signal });
+    setTimeout(() => ctrl.abort(new Error('changed my mind')), 10);
+    await expect(p).rejects.toThrow('changed my mind');
+    await sleep(120);
+    expect(store.live('leasehold:x')).toBeUndefined();
+  });
+
+  test('an already-aborted signal rejects at once with its reason, before any I/O', async () => {
+    const b = spy(memory());
+    const locks = make(b);
+    const reason = new Error('no');
+    await expect(locks.acquire('x', { signal: AbortSignal.abort(reason) })).rejects.toBe(reason);
+    await expect(locks.tryAcquire('x', { signal: AbortSignal.abort(reason) })).rejects.toBe(reason);
+    expect(b.calls).toBe(0);
+  });
+
+  test('close() aborts waiters', async () => {
+    const store = new MemoryStore();
+    const a = make(memory({ store }));
+    const b = make(memory({ store }));
+    await a.acquire('x');
+    const waiting = b.acquire('x', { wait: '10s' });
+    await sleep(20);
+    await b.close();
+    await expect(waiting).rejects.toMatchObject({ code: 'LEASEHOLD_CLOSED' });
+  });
+});
+
+describe('events', () => {
+  test('acquire, wait, extend and release are published without the token', async () => {
+    const seen: Record<string, any[]> = {};
+    const subs = ['acquire', 'release', 'extend', 'wait'].map((n) => {
+      const fn = (m: unknown) => (seen[n] ??= []).push(m);
+      diagnostics.subscribe(`leasehold:${n}`, fn);
+      return () => diagnostics.unsubscribe(`leasehold:${n}`, fn);
+    });
+    try {
+      const locks = make(memory());
+      const lease = await locks.acquire('evt');
+      await lease.extend();
+      await lease.release();
+      expect(seen.acquire?.[0]).toMatchObject({ key: 'evt', fence: 1n, attempts: 1 });
+      expect(seen.extend?.[0]).toMatchObject({ key: 'evt', ok: true });
+      expect(seen.release?.[0]).toMatchObject({ key: 'evt', released: true });
+      expect(seen.wait?.map((m) => m.phase)).toEqual(['start', 'end']);
+      const all = JSON.stringify(seen, (_, v) => (typeof v === 'bigint' ? `${v}` : v));
+      expect(all).not.toContain(lease.token);
+    } finally {
+      subs.forEach((u) => u());
+    }
+  });
+});
+
+describe('errors and fencing', () => {
+  test('every error is a LeaseholdError with a stable code', () => {
+    const e = new StaleFenceError('r', 1n, 2n);
+    expect(e).toBeInstanceOf(LeaseholdError);
+    expect(e.code).toBe('LEASEHOLD_STALE_FENCE');
+    expect(e.name).toBe('StaleFenceError');
+    expect(new InvalidArgumentError('x').code).toBe('LEASEHOLD_INVALID_ARGUMENT');
+  });
+
+  test('FenceGate rejects a lower fence, passes an equal one', () => {
+    const gate = new FenceGate();
+    gate.check('row:1', 5n);
+    gate.check('row:1', 5n);
+    gate.check('row:1', 7n);
+    expect(() => gate.check('row:1', 6n)).toThrow(StaleFenceError);
+    gate.check('row:2', 1n);
+    expect(gate.highestFor('row:1')).toBe(7n);
+    expect(() => gate.check('row:1', 7 as never)).toThrow(InvalidArgumentError);
+  });
+
+  test('tokens are long and random', async () => {
+    const locks = make(memory());
+    const tokens = new Set<string>();
+    for (let i = 0; i < 50; i++) {
+      const l = await locks.acquire('t');
+      expect(Buffer.from(l.token, 'base64url').length).toBeGreaterThanOrEqual(16);
+      tokens.add(l.token);
+      await l.release();
+    }
+    expect(tokens.size).toBe(50);
+  });
+});
