@@ -43,7 +43,19 @@ describe.each(['ioredis', 'node-redis'] as ClientKind[])('redis backend on %s', 
     );
     // two script calls from the client; everything else counted ran inside those scripts
     expect(delta.evalsha).toBe(2);
-    const insideScripts = ['time', 'zrangebyscore', 'zrem', 'exists', 'zrange', 'set', 'incr', 'get', 'del', 'publish', 'pttl'];
+    const insideScripts = [
+      'time',
+      'zrangebyscore',
+      'zrem',
+      'exists',
+      'zrange',
+      'set',
+      'incr',
+      'get',
+      'del',
+      'publish',
+      'pttl',
+    ];
     expect(Object.keys(delta).filter((c) => c !== 'evalsha' && !insideScripts.includes(c))).toEqual([]);
   });
 
@@ -116,3 +128,28 @@ async function pubsubClients(): Promise<number> {
   const list: string = await (await adminClient()).client('LIST', 'TYPE', 'pubsub');
   return list.split('\n').filter((l) => l.trim()).length;
 }
+
+describe('fencedSet', () => {
+  test.each(['ioredis', 'node-redis'] as ClientKind[])(
+    'rejects a lower fence, accepts equal and higher (%s)',
+    async (kind) => {
+      const { fencedSet } = await import('../../src/backends/redis/index.js');
+      const { StaleFenceError } = await import('../../src/index.js');
+      const c = await clients.make(kind);
+      const key = `${prefix}:resource:${kind}`;
+      await fencedSet(c, key, 'v9', 9n);
+      await fencedSet(c, key, 'v9-again', 9n);
+      await fencedSet(c, key, 'v10', 10n);
+      const err = await fencedSet(c, key, 'stale', 8n).catch((e: unknown) => e);
+      expect(err).toBeInstanceOf(StaleFenceError);
+      expect((err as InstanceType<typeof StaleFenceError>).highest).toBe(10n);
+      // numeric, not lexical, comparison: 100 > 99
+      await fencedSet(c, key, 'v99', 99n);
+      await fencedSet(c, key, 'v100', 100n);
+      await expect(fencedSet(c, key, 'stale', 99n)).rejects.toBeInstanceOf(StaleFenceError);
+      expect(await (await adminClient()).get(`{${key}}`)).toBe('v100');
+      await expect(fencedSet(c, '', 'x', 1n)).rejects.toBeInstanceOf(InvalidArgumentError);
+      await expect(fencedSet(c, key, 'x', 1 as never)).rejects.toBeInstanceOf(InvalidArgumentError);
+    },
+  );
+});

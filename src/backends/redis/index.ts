@@ -10,6 +10,7 @@ import { checkOptions } from '../../validate.js';
 import { adapt, type RedisAdapter } from './client.js';
 import { ACQUIRE, EXTEND, INSPECT, LEAVE, RELEASE } from './scripts.js';
 
+export { fencedSet, fenceKeyOf } from './fenced.js';
 export { adapt, script, type RedisAdapter, type Script, type ScriptCall } from './client.js';
 
 export interface RedisOptions {
