@@ -32,6 +32,7 @@ export {
   ConflictError,
   NotLeaderError,
 } from './errors.js';
+export type { Election, ElectOptions, LeaderInfo, Term } from './recipes/election.js';
 export { FenceGate } from './fencing/gate.js';
 export { channels } from './events.js';
 export type { AcquireEvent, ReleaseEvent, ExtendEvent, LostEvent, WaitEvent } from './events.js';

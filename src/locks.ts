@@ -6,6 +6,7 @@ import { InvalidArgumentError, LeaseholdError, LockTimeoutError } from './errors
 import { channels, emit } from './events.js';
 import { Keeper } from './keeper.js';
 import { LeaseImpl, type Lease, type LeaseHost } from './lease.js';
+import { ElectionImpl, type ElectOptions, type Election } from './recipes/election.js';
 import { checkBoolean, checkKey, checkOptions, checkSignal, newToken } from './validate.js';
 import { anySignal, backoffDelay, now, parseRetry, sleep, TurnQueue, type Backoff, type RetryOptions } from './wait.js';
 
@@ -61,6 +62,8 @@ export interface Locks {
     options?: RunExclusiveOptions,
   ): Promise<RunExclusiveResult<T>>;
   inspect(key: string): Promise<LockInfo | null>;
+  /** Leader election on `name`: campaign, resign, observe. Needs a backend that stores a value. */
+  elect(name: string, options: ElectOptions): Election;
   /** Releases every lease this instance holds, stops renewal, closes the backend's own connections. */
   close(): Promise<void>;
 }
@@ -333,6 +336,15 @@ class LocksImpl implements Locks, LeaseHost {
     const out: LockInfo = { key: k, fence: info.fence, remainingMs: info.remainingMs };
     if (info.value !== undefined) out.value = info.value;
     return out;
+  }
+
+  elect(name: string, options: ElectOptions): Election {
+    this.assertOpen();
+    return ElectionImpl.create(this, name, options);
+  }
+
+  fullKey(key: string): string {
+    return `${this.prefix}:${key}`;
   }
 
   async close(): Promise<void> {

@@ -383,6 +383,40 @@ export function conformance(target: ConformanceTarget): void {
       expect(order).toEqual([0, 1, 2, 3, 4]);
     });
 
+    test('capability: election — one leader at a time, observed in order, resign hands over', async () => {
+      const probe = await raw();
+      if (!probe.capabilities.value) return;
+      const name = key();
+      const a = (await locks()).elect(name, { value: 'node-a' });
+      const b = (await locks()).elect(name, { value: 'node-b' });
+      const watcher = (await locks()).elect(name, { value: 'watcher' });
+      const ctrl = new AbortController();
+      const it = watcher.observe({ signal: ctrl.signal });
+      expect((await it.next()).value).toBeNull();
+      const events: string[] = [];
+      a.on('elected', () => events.push('a elected'));
+      a.on('demoted', () => events.push('a demoted'));
+      const termA = await a.campaign();
+      expect(a.isLeader).toBe(true);
+      expect(await b.leader()).toEqual({ value: 'node-a', fence: termA.fence });
+      expect((await it.next()).value).toEqual({ value: 'node-a', fence: termA.fence });
+      const bCampaign = b.campaign();
+      await expect(b.resign()).rejects.toMatchObject({ code: 'LEASEHOLD_NOT_LEADER' });
+      await a.resign();
+      const termB = await bCampaign;
+      expect(termB.fence > termA.fence).toBe(true);
+      expect(a.isLeader).toBe(false);
+      expect(b.isLeader).toBe(true);
+      expect(events).toEqual(['a elected', 'a demoted']);
+      // between two terms an observer may see the seat empty; then the new leader
+      let next = (await it.next()).value;
+      if (next === null) next = (await it.next()).value;
+      expect(next).toEqual({ value: 'node-b', fence: termB.fence });
+      ctrl.abort();
+      await termB.release();
+      await expect(a.campaign({ bogus: 1 } as never)).rejects.toBeInstanceOf(InvalidArgumentError);
+    });
+
     test('a lease lost while withLock runs makes withLock reject with LeaseLostError', async () => {
       const k = key();
       const a = await locks({ renew: false });

@@ -92,7 +92,7 @@ describe('renewal', () => {
         }
         return inner.extend(items);
       },
-    } as Backend;
+    } as unknown as Backend;
     const locks = make(flaky, { ttl: 400 });
     const lease = await locks.acquire('x');
     const t0 = performance.now();
@@ -154,7 +154,7 @@ describe('lease lifecycle', () => {
       release: async () => {
         throw new Error('socket closed');
       },
-    } as Backend;
+    } as unknown as Backend;
     const locks = make(broken);
     const lease = await locks.acquire('x');
     await expect(lease.release()).rejects.toBeInstanceOf(BackendError);
