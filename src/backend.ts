@@ -57,18 +57,13 @@ export interface BackendCapabilities {
   readonly session: boolean;
 }
 
-/** Optional result store for idempotency keys. */
+/**
+ * Optional result store for idempotency keys. Results live beside the lock that guards them:
+ * `put` stores only while `token` still holds `lockKey` (a stale holder cannot write a result).
+ */
 export interface ResultStore {
-  /** Atomically claims `key` for `token` unless it is claimed or done. */
-  claim(
-    key: string,
-    token: string,
-    ttlMs: number,
-  ): Promise<{ state: 'claimed' } | { state: 'busy' } | { state: 'done'; result: string }>;
-  /** Stores the result for `key` if `token` still owns the claim. */
-  complete(key: string, token: string, result: string, ttlMs: number): Promise<boolean>;
-  /** Drops a claim (the function threw) if `token` still owns it. */
-  abandon(key: string, token: string): Promise<void>;
+  get(lockKey: string): Promise<string | null>;
+  put(lockKey: string, token: string, value: string, ttlMs: number): Promise<boolean>;
 }
 
 export type LostCallback = (key: string, token: string, cause: unknown) => void;

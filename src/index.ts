@@ -33,6 +33,7 @@ export {
   NotLeaderError,
 } from './errors.js';
 export type { Election, ElectOptions, LeaderInfo, Term } from './recipes/election.js';
+export type { IdempotentOptions } from './recipes/idempotency.js';
 export { FenceGate } from './fencing/gate.js';
 export { channels } from './events.js';
 export type { AcquireEvent, ReleaseEvent, ExtendEvent, LostEvent, WaitEvent } from './events.js';

@@ -6,6 +6,7 @@ import { InvalidArgumentError, LeaseholdError, LockTimeoutError } from './errors
 import { channels, emit } from './events.js';
 import { Keeper } from './keeper.js';
 import { LeaseImpl, type Lease, type LeaseHost } from './lease.js';
+import { idempotent, type IdempotentOptions } from './recipes/idempotency.js';
 import { ElectionImpl, type ElectOptions, type Election } from './recipes/election.js';
 import { checkBoolean, checkKey, checkOptions, checkSignal, newToken } from './validate.js';
 import { anySignal, backoffDelay, now, parseRetry, sleep, TurnQueue, type Backoff, type RetryOptions } from './wait.js';
@@ -64,6 +65,8 @@ export interface Locks {
   inspect(key: string): Promise<LockInfo | null>;
   /** Leader election on `name`: campaign, resign, observe. Needs a backend that stores a value. */
   elect(name: string, options: ElectOptions): Election;
+  /** Runs `fn` once per idempotency key; repeats get the stored (JSON) result. */
+  idempotent<T>(key: string, fn: (lease: Lease) => Promise<T> | T, options?: IdempotentOptions): Promise<T>;
   /** Releases every lease this instance holds, stops renewal, closes the backend's own connections. */
   close(): Promise<void>;
 }
@@ -341,6 +344,10 @@ class LocksImpl implements Locks, LeaseHost {
   elect(name: string, options: ElectOptions): Election {
     this.assertOpen();
     return ElectionImpl.create(this, name, options);
+  }
+
+  idempotent<T>(key: string, fn: (lease: Lease) => Promise<T> | T, options?: IdempotentOptions): Promise<T> {
+    return idempotent(this, key, fn, options);
   }
 
   fullKey(key: string): string {

@@ -51,5 +51,6 @@ export function spy(inner: Backend): Spy {
   if (inner.waitForChange) s.waitForChange = (k, sig, ms) => inner.waitForChange!(k, sig, ms);
   if (inner.inspect) s.inspect = (k) => (s.calls++, inner.inspect!(k));
   if (inner.onLost) s.onLost = (cb) => inner.onLost!(cb);
+  if (inner.results) s.results = inner.results;
   return s;
 }

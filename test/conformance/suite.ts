@@ -417,6 +417,29 @@ export function conformance(target: ConformanceTarget): void {
       await expect(a.campaign({ bogus: 1 } as never)).rejects.toBeInstanceOf(InvalidArgumentError);
     });
 
+    test('capability: idempotency — a function runs once per key; repeats and concurrent callers get its result', async () => {
+      const probe = await raw();
+      if (!probe.capabilities.results) return;
+      const k = key();
+      const callers = await Promise.all(Array.from({ length: 4 }, () => locks()));
+      let runs = 0;
+      const job = async () => {
+        runs++;
+        await sleep(20);
+        return { charged: 42, at: 'once' };
+      };
+      const results = await Promise.all(callers.map((l) => l.idempotent(k, job, { ttl: '1m', wait: '10s' })));
+      expect(runs).toBe(1);
+      for (const r of results) expect(r).toEqual({ charged: 42, at: 'once' });
+      expect(await callers[0]!.idempotent(k, job)).toEqual({ charged: 42, at: 'once' });
+      expect(runs).toBe(1);
+      // a failing run stores nothing: the next caller runs it again
+      const k2 = key();
+      await expect(callers[0]!.idempotent(k2, () => Promise.reject(new Error('boom')))).rejects.toThrow('boom');
+      expect(await callers[1]!.idempotent(k2, () => 'second try')).toBe('second try');
+      await expect(callers[0]!.idempotent(k2, job, { ttl: 0 })).rejects.toBeInstanceOf(InvalidArgumentError);
+    });
+
     test('a lease lost while withLock runs makes withLock reject with LeaseLostError', async () => {
       const k = key();
       const a = await locks({ renew: false });

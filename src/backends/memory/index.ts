@@ -3,7 +3,7 @@
  * and push wake-ups by an in-process event. Share one `MemoryStore` between several `memory()`
  * backends to model several processes on one server (tests, demos).
  */
-import type { AcquireRequest, Backend, ExtendItem, Grant, LockInfo } from '../../backend.js';
+import type { AcquireRequest, Backend, ExtendItem, Grant, LockInfo, ResultStore } from '../../backend.js';
 import { InvalidArgumentError } from '../../errors.js';
 import { checkOptions } from '../../validate.js';
 
@@ -24,6 +24,8 @@ export class MemoryStore {
   private readonly listeners = new Map<string, Set<() => void>>();
   /** Per key: how many wake-ups were sent (a waiter compares it with what it saw when it tried). */
   readonly generations = new Map<string, number>();
+  /** Idempotency results: lock key → stored result. */
+  readonly results = new Map<string, { value: string; expiresAt: number }>();
 
   live(key: string): Entry | undefined {
     const e = this.locks.get(key);
@@ -77,7 +79,19 @@ export function memory(options?: MemoryOptions): MemoryBackend {
 
 export class MemoryBackend implements Backend {
   readonly name = 'memory';
-  readonly capabilities = { push: true, fair: true, value: true, results: false, session: false } as const;
+  readonly capabilities = { push: true, fair: true, value: true, results: true, session: false } as const;
+  readonly results: ResultStore = {
+    get: async (lockKey) => {
+      const r = this.store.results.get(lockKey);
+      if (r && r.expiresAt <= clock()) this.store.results.delete(lockKey);
+      return r && r.expiresAt > clock() ? r.value : null;
+    },
+    put: async (lockKey, token, value, ttlMs) => {
+      if (this.store.live(lockKey)?.token !== token) return false;
+      this.store.results.set(lockKey, { value, expiresAt: clock() + ttlMs });
+      return true;
+    },
+  };
   private closed = false;
   /** Per key: the wake-up generation when our last attempt was refused. */
   private readonly seen = new Map<string, number>();

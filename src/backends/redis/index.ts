@@ -5,10 +5,10 @@
  * key's channel on one shared subscriber connection and poll (bounded by the holder's TTL) if
  * a message is missed.
  */
-import type { AcquireRequest, Backend, ExtendItem, Grant, LockInfo } from '../../backend.js';
+import type { AcquireRequest, Backend, ExtendItem, Grant, LockInfo, ResultStore } from '../../backend.js';
 import { checkOptions } from '../../validate.js';
 import { adapt, type RedisAdapter } from './client.js';
-import { ACQUIRE, EXTEND, INSPECT, LEAVE, RELEASE } from './scripts.js';
+import { GET_RESULT, ACQUIRE, EXTEND, INSPECT, LEAVE, PUT_RESULT, RELEASE } from './scripts.js';
 
 export { fencedSet, fenceKeyOf } from './fenced.js';
 export { adapt, script, type RedisAdapter, type Script, type ScriptCall } from './client.js';
@@ -21,7 +21,15 @@ export interface RedisOptions {
 /** The Redis keys of one lock. */
 export function redisKeys(key: string) {
   const k = `{${key}}`;
-  return { lock: k, fence: `${k}:fence`, q: `${k}:q`, qx: `${k}:qx`, value: `${k}:v`, channel: `${k}:released` };
+  return {
+    lock: k,
+    fence: `${k}:fence`,
+    q: `${k}:q`,
+    qx: `${k}:qx`,
+    value: `${k}:v`,
+    result: `${k}:result`,
+    channel: `${k}:released`,
+  };
 }
 
 interface Sub {
@@ -38,7 +46,22 @@ export function redis(client: unknown, options?: RedisOptions): RedisBackend {
 
 export class RedisBackend implements Backend {
   readonly name = 'redis';
-  readonly capabilities = { push: true, fair: true, value: true, results: false, session: false } as const;
+  readonly capabilities = { push: true, fair: true, value: true, results: true, session: false } as const;
+  readonly results: ResultStore = {
+    get: async (lockKey) => {
+      const [r] = await this.adapter.run([{ script: GET_RESULT, keys: [redisKeys(lockKey).result], args: [] }]);
+      if (r instanceof Error) throw r;
+      return r === null || r === undefined || r === false ? null : String(r);
+    },
+    put: async (lockKey, token, value, ttlMs) => {
+      const k = redisKeys(lockKey);
+      const [r] = await this.adapter.run([
+        { script: PUT_RESULT, keys: [k.lock, k.result], args: [token, value, ttlMs] },
+      ]);
+      if (r instanceof Error) throw r;
+      return Number(r) === 1;
+    },
+  };
   private readonly subs = new Map<string, Sub>();
   /** Per key: the message generation seen when the last acquire was sent, and the holder's pttl. */
   private readonly seen = new Map<string, { generation: number; hintMs: number }>();

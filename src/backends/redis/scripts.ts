@@ -79,3 +79,13 @@ export const INSPECT = script(`
 if redis.call('EXISTS', KEYS[1]) == 0 then return false end
 return { redis.call('GET', KEYS[2]) or '0', redis.call('PTTL', KEYS[1]), redis.call('GET', KEYS[3]) or false }
 `);
+
+/** KEYS lock result; ARGV token value ttl → 1 if stored (the lock is still this token's) | 0 */
+export const PUT_RESULT = script(`
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+redis.call('SET', KEYS[2], ARGV[2], 'PX', ARGV[3])
+return 1
+`);
+
+/** KEYS result → the stored result or nil (a script, so both clients read it the same way) */
+export const GET_RESULT = script(`return redis.call('GET', KEYS[1])`);
