@@ -1,0 +1,58 @@
+/** Detects the user's client (pg or postgres.js), for the backend and for their transactions. */
+import { InvalidArgumentError } from '../../errors.js';
+import type { Db, Queryable } from './client.js';
+import { PgDb } from './pg.js';
+import { PostgresJsDb } from './postgresjs.js';
+
+function isPgPool(x: any): boolean {
+  return (
+    !!x &&
+    typeof x === 'object' &&
+    typeof x.connect === 'function' &&
+    typeof x.query === 'function' &&
+    typeof x.totalCount === 'number'
+  );
+}
+
+function isPostgresJs(x: any): boolean {
+  return (
+    typeof x === 'function' &&
+    typeof x.unsafe === 'function' &&
+    typeof x.reserve === 'function' &&
+    typeof x.begin === 'function'
+  );
+}
+
+/** Detects the client. Throws InvalidArgumentError for anything else. */
+export function adapt(client: unknown): Db {
+  if (isPgPool(client)) return new PgDb(client);
+  if (isPostgresJs(client)) return new PostgresJsDb(client);
+  throw new InvalidArgumentError('postgres(): pass a pg Pool or a postgres.js sql instance');
+}
+
+/**
+ * The user's own transaction: a pg Client/PoolClient inside BEGIN, or a postgres.js `sql.begin`
+ * tx (or reserved connection inside BEGIN). `identity` names the server and database when the
+ * client tells (pg), for caching "the tables exist".
+ */
+export function adaptTx(tx: unknown, what: string): Queryable & { readonly identity: string } {
+  const t = tx as any;
+  if (typeof t === 'function' && typeof t.unsafe === 'function') {
+    if (typeof t.begin === 'function') {
+      throw new InvalidArgumentError(
+        `${what}: pass the transaction (the sql.begin callback's argument), not the root sql`,
+      );
+    }
+    return { identity: 'postgres.js', query: async (text, params = []) => [...(await t.unsafe(text, params))] };
+  }
+  if (t && typeof t === 'object' && typeof t.query === 'function') {
+    if (isPgPool(t)) throw new InvalidArgumentError(`${what}: pass the client running your transaction, not the Pool`);
+    // pg tracks the server's transaction status ('I' idle, 'T' in a transaction, 'E' failed)
+    if (typeof t.getTransactionStatus === 'function' && t.getTransactionStatus() === 'I') {
+      throw new InvalidArgumentError(`${what}: the client is not inside a transaction (run BEGIN first)`);
+    }
+    const identity = `pg:${String(t.host)}:${String(t.port)}/${String(t.database)}`;
+    return { identity, query: async (text, params = []) => (await t.query(text, params)).rows };
+  }
+  throw new InvalidArgumentError(`${what}: tx must be a pg client inside BEGIN or a postgres.js transaction`);
+}

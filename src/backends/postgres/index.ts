@@ -1,0 +1,66 @@
+/**
+ * `leasehold/postgres`: PostgreSQL advisory locks, in session mode (`postgres(pool)`, a Backend
+ * for `createLocks`) and transaction mode (`xactLock`, `tryXactLock`), plus fencing at the
+ * resource (`checkFence`). Works with `pg` (a Pool) and porsager's `postgres` (sql).
+ * See docs/postgres.md.
+ */
+import { InvalidArgumentError } from '../../errors.js';
+import { toMs, type Duration } from '../../duration.js';
+import { adapt } from './adapt.js';
+import { backendError } from './client.js';
+import { checkOptions, describe, quoteIdent } from './keys.js';
+import { PostgresBackend } from './session.js';
+import { createTables, tablesExist } from './sql.js';
+
+export { advisoryKey, lockParts } from './keys.js';
+export { xactLock, tryXactLock, checkFence } from './xact.js';
+export type { XactLockOptions, CheckFenceOptions } from './xact.js';
+export type { PostgresBackend } from './session.js';
+
+export interface PostgresOptions {
+  /** Schema of the fence tables (created on first use unless `migrate: false`). Default `'public'`. */
+  schema?: string;
+  /** NOTIFY channel for release wake-ups (match `xactLock`'s `channel`). Default `'leasehold'`. */
+  channel?: string;
+  /** Bound on each network step: pool checkout, one statement, a liveness probe. Default `'10s'`. */
+  timeout?: Duration;
+  /** Create the tables on first use. Set false when the app user may not run DDL (use `migrate()`). */
+  migrate?: boolean;
+}
+
+const OPTIONS = ['schema', 'channel', 'timeout', 'migrate'] as const;
+
+/**
+ * A session-mode backend over the user's pool: a pg `Pool` or a postgres.js `sql`. Each held lock
+ * keeps one pooled connection until release; one more connection carries LISTEN while anyone
+ * waits. `close()` gives them all back; it never ends the user's pool.
+ */
+export function postgres(poolOrSql: unknown, opts?: PostgresOptions): PostgresBackend {
+  const o = checkOptions(opts, OPTIONS, 'postgres()');
+  const quotedSchema = quoteIdent(o.schema ?? 'public', 'postgres(): schema');
+  const channel = (o.channel ?? 'leasehold') as string;
+  quoteIdent(channel, 'postgres(): channel');
+  const timeoutMs = toMs(o.timeout ?? '10s', 'postgres(): timeout');
+  const autoMigrate = o.migrate ?? true;
+  if (typeof autoMigrate !== 'boolean') {
+    throw new InvalidArgumentError(`postgres(): migrate must be a boolean, got ${describe(autoMigrate)}`);
+  }
+  const db = adapt(poolOrSql);
+  return new PostgresBackend({ db, quotedSchema, channel, timeoutMs, autoMigrate });
+}
+
+/**
+ * Creates the schema (if missing) and the tables `leasehold_fences` and `leasehold_fence_seen`.
+ * Idempotent and safe to run concurrently; needs CREATE privilege only when something is missing.
+ */
+export async function migrate(poolOrSql: unknown, opts?: { schema?: string }): Promise<void> {
+  const o = checkOptions(opts, ['schema'], 'migrate()');
+  const quotedSchema = quoteIdent(o.schema ?? 'public', 'migrate(): schema');
+  const db = adapt(poolOrSql);
+  try {
+    if (await tablesExist(db, quotedSchema)) return;
+    await db.transaction((tx) => createTables(tx, quotedSchema));
+  } catch (e) {
+    throw backendError(e, 'migrate');
+  }
+}

@@ -1,0 +1,77 @@
+/**
+ * Key hashing and argument checks shared by session mode, transaction mode and fencing.
+ *
+ * The advisory key is the first 8 bytes of SHA-256 over the UTF-8 namespaced key, read as a
+ * signed big-endian 64-bit integer: the same on every Node version, every Postgres release and
+ * both client libraries (unlike `hashtext`, which is 32-bit, undocumented and has changed).
+ */
+import { createHash } from 'node:crypto';
+import { InvalidArgumentError } from '../../errors.js';
+
+/** Longest key, in UTF-8 bytes (the library-wide limit). */
+export const MAX_KEY_BYTES = 1024;
+
+/** The signed 64-bit advisory lock key for a namespaced key such as `leasehold:order:42`. */
+export function advisoryKey(fullKey: string): bigint {
+  return createHash('sha256').update(fullKey, 'utf8').digest().readBigInt64BE(0);
+}
+
+/**
+ * How `pg_locks` shows a one-argument (bigint) advisory lock: `classid` holds the high 32 bits,
+ * `objid` the low 32 bits (both unsigned), `objsubid` is 1. Decimal strings, for SQL parameters.
+ */
+export function lockParts(key: bigint): { classid: string; objid: string } {
+  const u = BigInt.asUintN(64, key);
+  return { classid: String(u >> 32n), objid: String(u & 0xffffffffn) };
+}
+
+/** A user key: non-empty string of at most 1,024 UTF-8 bytes, without NUL (Postgres text). */
+export function checkKey(key: unknown, name = 'key'): asserts key is string {
+  if (typeof key !== 'string' || key.length === 0) {
+    throw new InvalidArgumentError(`${name} must be a non-empty string, got ${describe(key)}`);
+  }
+  const bytes = Buffer.byteLength(key, 'utf8');
+  if (bytes > MAX_KEY_BYTES)
+    throw new InvalidArgumentError(`${name} is ${bytes} UTF-8 bytes; the limit is ${MAX_KEY_BYTES}`);
+  if (key.includes('\u0000')) throw new InvalidArgumentError(`${name} must not contain NUL characters (Postgres text)`);
+}
+
+/** A namespaced key as the engine passes it (already validated there; checked again cheaply). */
+export function checkFullKey(key: unknown): asserts key is string {
+  if (typeof key !== 'string' || key.length === 0) throw new InvalidArgumentError(`key must be a non-empty string`);
+  if (key.includes('\u0000')) throw new InvalidArgumentError(`key must not contain NUL characters (Postgres text)`);
+}
+
+const IDENT = /^[A-Za-z_][A-Za-z0-9_$]{0,62}$/;
+
+/** Validates a schema or channel name and returns it double-quoted for SQL text. */
+export function quoteIdent(value: unknown, name: string): string {
+  if (typeof value !== 'string' || !IDENT.test(value)) {
+    throw new InvalidArgumentError(
+      `${name} must be a plain SQL identifier (letters, digits, _ and $; ≤ 63), got ${describe(value)}`,
+    );
+  }
+  return `"${value}"`;
+}
+
+/** Rejects a non-object options argument and unknown option names. */
+export function checkOptions(opts: unknown, allowed: readonly string[], what: string): Record<string, unknown> {
+  if (opts === undefined) return {};
+  if (opts === null || typeof opts !== 'object' || Array.isArray(opts)) {
+    throw new InvalidArgumentError(`${what} options must be an object, got ${describe(opts)}`);
+  }
+  for (const name of Object.keys(opts)) {
+    if (!allowed.includes(name)) {
+      throw new InvalidArgumentError(`${what}: unknown option "${name}" (known: ${allowed.join(', ')})`);
+    }
+  }
+  return opts as Record<string, unknown>;
+}
+
+export function describe(value: unknown): string {
+  if (value === null) return 'null';
+  if (Array.isArray(value)) return 'an array';
+  if (typeof value === 'string') return JSON.stringify(value.length > 40 ? `${value.slice(0, 40)}…` : value);
+  if (typeof value === 'bigint') return `${value}n`;
+  return typeof value === 'object' || typeof value === 'function' ? typeof value : String(value);
+}

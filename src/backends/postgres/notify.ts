@@ -1,0 +1,152 @@
+/**
+ * Push wake-ups for waiters: one LISTEN connection per backend on one channel; every release
+ * (session mode) and every COMMIT of an `xactLock` transaction sends `pg_notify(channel,
+ * advisoryKey)`. Postgres delivers a notification at commit, after the releasing statement or
+ * transaction let go of the lock, so a woken waiter's next attempt can succeed.
+ *
+ * The missed-wake-up window (a release between a failed attempt and `waitForChange`) is closed
+ * with a sequence number: `mark()` is read before each attempt, and a waiter whose key was
+ * notified after its attempt started returns at once. An attempt that started before the
+ * subscription was live is answered with one spurious wake-up once it is.
+ */
+import type { Db, Subscription } from './client.js';
+
+const REMEMBERED = 4096;
+
+type Wake = () => void;
+
+export class Notifier {
+  private seq = 0;
+  private live = false;
+  private closed = false;
+  private sub: Subscription | null = null;
+  private starting: Promise<void> | null = null;
+  /** advisory key → seq of the last notification for it (bounded, oldest dropped). */
+  private readonly notified = new Map<string, number>();
+  /** namespaced key → seq at the start of its last failed, queued attempt (bounded). */
+  private readonly failed = new Map<string, number>();
+  private readonly waiters = new Map<string, Set<Wake>>();
+  private readonly onLive = new Set<Wake>();
+
+  constructor(
+    private readonly db: Db,
+    private readonly channel: string,
+    private readonly timeoutMs: number,
+  ) {}
+
+  /** Read before an attempt: the sequence number, or -1 when not subscribed yet. */
+  mark(): number {
+    return this.live ? this.seq : -1;
+  }
+
+  /** Records a failed attempt of a caller that will wait; subscribes if not yet. */
+  failedAttempt(key: string, mark: number): void {
+    remember(this.failed, key, mark);
+    this.start();
+  }
+
+  /** Resolves on a notification for `lockKey`, after `maxMs`, or when `signal` aborts. Never rejects. */
+  wait(key: string, lockKey: string, signal: AbortSignal, maxMs: number): Promise<void> {
+    const since = this.failed.get(key);
+    this.failed.delete(key);
+    if (this.closed || signal.aborted || maxMs <= 0) return Promise.resolve();
+    if (this.live) {
+      if (since === -1) return Promise.resolve(); // the attempt predates the subscription
+      if (since !== undefined && (this.notified.get(lockKey) ?? -1) > since) return Promise.resolve();
+    }
+    return new Promise<void>((resolve) => {
+      let set = this.waiters.get(lockKey);
+      if (!set) this.waiters.set(lockKey, (set = new Set()));
+      const waiters = set;
+      const finish = () => {
+        clearTimeout(timer);
+        signal.removeEventListener('abort', finish);
+        waiters.delete(finish);
+        if (waiters.size === 0 && this.waiters.get(lockKey) === waiters) this.waiters.delete(lockKey);
+        this.onLive.delete(finish);
+        resolve();
+      };
+      const timer = setTimeout(finish, Math.min(maxMs, 2_147_483_647));
+      signal.addEventListener('abort', finish, { once: true });
+      waiters.add(finish);
+      if (!this.live) {
+        this.onLive.add(finish); // a release may have gone unseen: wake once we can see them
+        this.start();
+      }
+    });
+  }
+
+  /** Subscribes in the background; failures leave waiters on their timers (polling). */
+  start(): void {
+    if (this.live || this.starting || this.closed) return;
+    this.starting = this.db
+      .listen(
+        this.channel,
+        {
+          message: (payload) => this.message(payload),
+          reset: (down) => this.reset(down),
+        },
+        this.timeoutMs,
+      )
+      .then(
+        (sub) => {
+          this.starting = null;
+          this.sub = sub; // if closed meanwhile, close() (awaiting `starting`) unsubscribes
+          if (this.closed) return;
+          this.live = true;
+          const wake = [...this.onLive];
+          this.onLive.clear();
+          for (const w of wake) w();
+        },
+        () => {
+          this.starting = null;
+        },
+      );
+  }
+
+  private message(payload: string): void {
+    this.seq++;
+    remember(this.notified, payload, this.seq);
+    const set = this.waiters.get(payload);
+    if (set) for (const w of [...set]) w();
+  }
+
+  /** The subscription reconnected (messages may be lost) or went down: wake everyone. */
+  private reset(down: boolean): void {
+    this.seq++;
+    this.notified.clear();
+    if (down) {
+      this.live = false;
+      this.sub = null;
+    }
+    // Pending failed attempts can no longer trust the sequence: their waits return at once.
+    for (const k of this.failed.keys()) this.failed.set(k, -1);
+    this.wakeAll();
+  }
+
+  private wakeAll(): void {
+    const all = [...this.waiters.values()].flatMap((s) => [...s]);
+    for (const w of all) w();
+  }
+
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    this.live = false;
+    this.wakeAll();
+    for (const w of [...this.onLive]) w();
+    if (this.starting) await this.starting;
+    const sub = this.sub;
+    this.sub = null;
+    if (sub) await sub.close();
+  }
+}
+
+function remember(map: Map<string, number>, key: string, value: number): void {
+  map.delete(key);
+  map.set(key, value);
+  if (map.size > REMEMBERED) {
+    const oldest = map.keys().next().value;
+    if (oldest !== undefined) map.delete(oldest);
+  }
+}

@@ -1,0 +1,160 @@
+/**
+ * Transaction mode and fencing at the resource, inside the user's own transaction.
+ *
+ * `xactLock` / `tryXactLock` take `pg_advisory_xact_lock` on the same 64-bit key as session mode
+ * (same prefix, same hashing) and bump the same fence row, so the two modes exclude each other
+ * and share one fence sequence. COMMIT or ROLLBACK releases the lock; a NOTIFY sent in the same
+ * statement is delivered at COMMIT and wakes session-mode waiters.
+ *
+ * `checkFence` records the highest fence a resource accepted and throws StaleFenceError for a
+ * lower one (an equal fence passes), so a paused former holder's transaction rolls back.
+ */
+import { BackendError, InvalidArgumentError, StaleFenceError } from '../../errors.js';
+import { adaptTx } from './adapt.js';
+import { backendError, type Queryable, type Row } from './client.js';
+import { advisoryKey, checkKey, checkOptions, describe, quoteIdent } from './keys.js';
+import { createTables, statements, tablesExist } from './sql.js';
+
+export interface XactLockOptions {
+  /** Namespace, as in `createLocks(…, { prefix })`. Default `'leasehold'`. */
+  prefix?: string;
+  /** Schema of the fence table. Default `'public'`. */
+  schema?: string;
+  /** NOTIFY channel that wakes session-mode waiters at COMMIT. Default `'leasehold'`. */
+  channel?: string;
+}
+
+export interface CheckFenceOptions {
+  /** Schema of the `leasehold_fence_seen` table. Default `'public'`. */
+  schema?: string;
+}
+
+const XACT_OPTIONS = ['prefix', 'schema', 'channel'] as const;
+const INT8_MAX = 2n ** 63n - 1n;
+
+/** "The tables exist" per database identity and schema, learned by seeing them. */
+const known = new Set<string>();
+
+interface Resolved {
+  readonly fullKey: string;
+  readonly quotedSchema: string;
+  readonly channel: string;
+}
+
+function resolve(key: unknown, opts: unknown, what: string): Resolved {
+  checkKey(key);
+  const o = checkOptions(opts, XACT_OPTIONS, what);
+  const prefix = o.prefix ?? 'leasehold';
+  if (typeof prefix !== 'string' || prefix.length === 0 || Buffer.byteLength(prefix) > 256) {
+    throw new InvalidArgumentError(
+      `${what}: prefix must be a non-empty string of at most 256 bytes, got ${describe(prefix)}`,
+    );
+  }
+  const quotedSchema = quoteIdent(o.schema ?? 'public', `${what}: schema`);
+  const channel = (o.channel ?? 'leasehold') as string;
+  quoteIdent(channel, `${what}: channel`);
+  return { fullKey: `${prefix}:${key}`, quotedSchema, channel };
+}
+
+/** Creates the tables inside the user's transaction when missing (first use). */
+async function ensure(q: Queryable & { identity: string }, quotedSchema: string): Promise<void> {
+  const id = `${q.identity}|${quotedSchema}`;
+  if (known.has(id)) return;
+  if (await tablesExist(q, quotedSchema)) {
+    known.add(id);
+    return;
+  }
+  await createTables(q, quotedSchema); // commits (or rolls back) with the user's transaction
+}
+
+async function run(
+  q: Queryable,
+  quotedSchema: string,
+  identity: string,
+  text: string,
+  params: string[],
+  what: string,
+): Promise<Row[]> {
+  try {
+    return await q.query(text, params);
+  } catch (e) {
+    if ((e as { code?: unknown })?.code === '42P01') known.delete(`${identity}|${quotedSchema}`);
+    throw backendError(e, what);
+  }
+}
+
+async function lock(
+  tx: unknown,
+  key: string,
+  opts: XactLockOptions | undefined,
+  wait: boolean,
+): Promise<bigint | null> {
+  const what = wait ? 'xactLock' : 'tryXactLock';
+  const q = adaptTx(tx, what);
+  const r = resolve(key, opts, what);
+  const s = statements(r.quotedSchema);
+  try {
+    await ensure(q, r.quotedSchema);
+  } catch (e) {
+    throw backendError(e, `${what}: creating the fence table`);
+  }
+  const params = [advisoryKey(r.fullKey).toString(), r.fullKey, r.channel];
+  const rows = await run(q, r.quotedSchema, q.identity, wait ? s.xactLock : s.tryXactLock, params, what);
+  const row = rows[0];
+  if (!row) {
+    if (wait) throw new BackendError(`postgres: ${what} returned no row`);
+    return null;
+  }
+  return BigInt(String(row.fence));
+}
+
+/**
+ * Waits for the transaction-level advisory lock on `key` inside the user's transaction `tx` (a
+ * pg client inside BEGIN, or a postgres.js `sql.begin` tx) and returns its fence. Released by
+ * COMMIT/ROLLBACK. The fence bump is part of the transaction: if it rolls back, the fence may be
+ * issued again, so only use it for writes made in the same transaction (see docs/postgres.md).
+ */
+export async function xactLock(tx: unknown, key: string, opts?: XactLockOptions): Promise<bigint> {
+  return (await lock(tx, key, opts, true)) as bigint;
+}
+
+/** Like `xactLock`, but resolves null at once when another session or transaction holds the key. */
+export async function tryXactLock(tx: unknown, key: string, opts?: XactLockOptions): Promise<bigint | null> {
+  return lock(tx, key, opts, false);
+}
+
+function toFence(fence: unknown): bigint {
+  if (typeof fence !== 'bigint' || fence < 0n || fence > INT8_MAX) {
+    throw new InvalidArgumentError(`checkFence: fence must be a bigint between 0 and 2^63-1, got ${describe(fence)}`);
+  }
+  return fence;
+}
+
+/**
+ * Inside the user's transaction: accepts `fence` for `resource` if it is at least the highest
+ * seen (recording it), else throws StaleFenceError — let it propagate so the transaction rolls
+ * back. One statement when accepted; a second read only to report the highest on rejection.
+ */
+export async function checkFence(
+  tx: unknown,
+  resource: string,
+  fence: bigint,
+  opts?: CheckFenceOptions,
+): Promise<void> {
+  const q = adaptTx(tx, 'checkFence');
+  checkKey(resource, 'resource');
+  const f = toFence(fence);
+  const o = checkOptions(opts, ['schema'], 'checkFence');
+  const quotedSchema = quoteIdent(o.schema ?? 'public', 'checkFence: schema');
+  const s = statements(quotedSchema);
+  try {
+    await ensure(q, quotedSchema);
+  } catch (e) {
+    throw backendError(e, 'checkFence: creating the fence table');
+  }
+  const rows = await run(q, quotedSchema, q.identity, s.checkFence, [resource, f.toString()], 'checkFence');
+  if (rows.length > 0) return;
+  const seen = await run(q, quotedSchema, q.identity, s.highestSeen, [resource], 'checkFence');
+  const highest = seen[0]?.fence == null ? f + 1n : BigInt(String(seen[0].fence));
+  throw new StaleFenceError(resource, f, highest > f ? highest : f + 1n);
+}

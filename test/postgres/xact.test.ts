@@ -1,0 +1,298 @@
+/** Transaction mode, fencing at the resource and migrate(), inside real transactions of both clients. */
+import { randomUUID } from 'node:crypto';
+import { afterAll, beforeEach, describe, expect, test } from 'vitest';
+import {
+  advisoryKey,
+  checkFence,
+  lockParts,
+  migrate,
+  postgres,
+  tryXactLock,
+  xactLock,
+} from '../../src/backends/postgres/index.js';
+import { InvalidArgumentError, StaleFenceError } from '../../src/errors.js';
+import { KINDS, Pg, type ClientKind } from './support.js';
+
+const env = new Pg();
+afterAll(() => env.closeAll());
+
+const uid = () => randomUUID().slice(0, 8);
+type Tx = unknown;
+
+/** Runs `fn` in a transaction of either client; commits if it resolves, rolls back if it throws. */
+function inTx<T>(kind: ClientKind, client: any, fn: (tx: Tx) => Promise<T>): Promise<T> {
+  if (kind === 'postgres.js') return client.begin(fn);
+  return (async () => {
+    const c = await client.connect();
+    try {
+      await c.query('BEGIN');
+      const out = await fn(c);
+      await c.query('COMMIT');
+      return out;
+    } catch (e) {
+      await c.query('ROLLBACK');
+      throw e;
+    } finally {
+      c.release();
+    }
+  })();
+}
+
+const q = async (kind: ClientKind, tx: any, text: string, params: unknown[] = []): Promise<any[]> =>
+  kind === 'pg' ? (await tx.query(text, params)).rows : [...(await tx.unsafe(text, params))];
+
+/** Resolves when the server shows a session waiting (not granted) for the key's advisory lock. */
+async function someoneWaits(fullKey: string): Promise<void> {
+  const { classid, objid } = lockParts(advisoryKey(fullKey));
+  const admin = await env.admin();
+  const until = performance.now() + 5000;
+  for (;;) {
+    const r = await admin.query(
+      `select 1 from pg_locks where locktype = 'advisory' and classid = $1::int8::oid and objid = $2::int8::oid
+         and objsubid = 1 and not granted`,
+      [classid, objid],
+    );
+    if (r.rowCount) return;
+    if (performance.now() > until) throw new Error('nobody is waiting for the lock');
+  }
+}
+
+function deferred(): { promise: Promise<void>; resolve: () => void } {
+  let resolve!: () => void;
+  const promise = new Promise<void>((r) => (resolve = r));
+  return { promise, resolve };
+}
+
+describe.each(KINDS)('transaction mode (%s)', (kind) => {
+  // the tables exist before each test (migrate is idempotent); per test, not beforeAll, so that a
+  // missing server fails every test instead of skipping them
+  beforeEach(async () => {
+    await migrate(await env.admin());
+  });
+
+  test('two concurrent transactions on one key serialise: the second waits for the first to commit', async () => {
+    const client = await env.client(kind, 4);
+    const key = uid();
+    const t1Holds = deferred();
+    const t1May = deferred();
+    let t2Got = false;
+    const t1 = inTx(kind, client, async (tx) => {
+      const f = await xactLock(tx, key);
+      t1Holds.resolve();
+      await t1May.promise;
+      expect(t2Got).toBe(false);
+      return f;
+    });
+    await t1Holds.promise;
+    const t2 = inTx(kind, client, async (tx) => {
+      const f = await xactLock(tx, key);
+      t2Got = true;
+      return f;
+    });
+    await someoneWaits(`leasehold:${key}`); // t2 is blocked on the server
+    t1May.resolve();
+    const [f1, f2] = await Promise.all([t1, t2]);
+    expect(f2).toBe(f1 + 1n);
+  });
+
+  test('8 concurrent read-modify-write transactions under xactLock lose no update', async () => {
+    const client = await env.client(kind, 8);
+    const key = uid();
+    const admin = await env.admin();
+    await admin.query('create table if not exists lh_counter (id text primary key, n int not null)');
+    await admin.query('insert into lh_counter values ($1, 0)', [key]);
+    const fences: bigint[] = [];
+    await Promise.all(
+      Array.from({ length: 8 }, () =>
+        (async () => {
+          for (let i = 0; i < 10; i++) {
+            await inTx(kind, client, async (tx) => {
+              fences.push(await xactLock(tx, key));
+              const [row] = await q(kind, tx, 'select n from lh_counter where id = $1', [key]);
+              await q(kind, tx, 'update lh_counter set n = $2 where id = $1', [key, row.n + 1]);
+            });
+          }
+        })(),
+      ),
+    );
+    const r = await admin.query('select n from lh_counter where id = $1', [key]);
+    expect(r.rows[0].n).toBe(80);
+    expect(new Set(fences).size).toBe(80);
+  });
+
+  test('tryXactLock, session mode and xactLock exclude each other and share one fence sequence', async () => {
+    const client = await env.client(kind, 4);
+    const key = uid();
+    const b = postgres(await env.client(kind, 3));
+    const g = await b.acquire(`leasehold:${key}`, { token: 'session-holder-token-000', ttlMs: 10_000 });
+    expect(await inTx(kind, client, (tx) => tryXactLock(tx, key))).toBeNull();
+    expect(await b.release(`leasehold:${key}`, 'session-holder-token-000')).toBe(true);
+    const inside = deferred();
+    const done = deferred();
+    const t = inTx(kind, client, async (tx) => {
+      const f = await tryXactLock(tx, key);
+      inside.resolve();
+      await done.promise;
+      return f;
+    });
+    await inside.promise;
+    expect(await b.acquire(`leasehold:${key}`, { token: 'x', ttlMs: 10_000 })).toBeNull();
+    done.resolve();
+    const fx = await t;
+    expect(fx).toBe(g!.fence + 1n);
+    const g2 = await b.acquire(`leasehold:${key}`, { token: 'y', ttlMs: 10_000 });
+    expect(g2!.fence).toBe(fx! + 1n);
+    await b.close();
+  });
+
+  test('ROLLBACK releases the lock and the fence bump', async () => {
+    const client = await env.client(kind, 4);
+    const key = uid();
+    const f0 = await inTx(kind, client, (tx) => xactLock(tx, key));
+    await expect(
+      inTx(kind, client, async (tx) => {
+        expect(await xactLock(tx, key)).toBe(f0 + 1n);
+        throw new Error('abort');
+      }),
+    ).rejects.toThrow('abort');
+    expect(await env.holders(`leasehold:${key}`)).toEqual([]);
+    expect(await inTx(kind, client, (tx) => tryXactLock(tx, key))).toBe(f0 + 1n);
+  });
+
+  test('a COMMIT wakes a session-mode waiter, whose next attempt then succeeds', async () => {
+    const client = await env.client(kind, 4);
+    const key = uid();
+    const full = `leasehold:${key}`;
+    const waiter = postgres(await env.client(kind, 3));
+    const never = new AbortController().signal;
+    const inside = deferred();
+    const done = deferred();
+    const t = inTx(kind, client, async (tx) => {
+      await xactLock(tx, key);
+      inside.resolve();
+      await done.promise;
+    });
+    await inside.promise;
+    expect(await waiter.acquire(full, { token: 'w', ttlMs: 5000, queue: true })).toBeNull();
+    await waiter.waitForChange!(full, never, 5000); // subscribes
+    expect(await waiter.acquire(full, { token: 'w', ttlMs: 5000, queue: true })).toBeNull();
+    const woke = waiter.waitForChange!(full, never, 10_000).then(() => performance.now());
+    const t0 = performance.now();
+    done.resolve();
+    await t;
+    expect((await woke) - t0).toBeLessThan(500);
+    expect(await waiter.acquire(full, { token: 'w', ttlMs: 5000, queue: true })).not.toBeNull();
+    await waiter.close();
+  });
+
+  test('checkFence accepts equal and higher fences and rejects a lower one; the stale write rolls back', async () => {
+    const client = await env.client(kind, 4);
+    const admin = await env.admin();
+    await admin.query('create table if not exists lh_docs (id text primary key, body text not null)');
+    const resource = `doc:${uid()}`;
+    const write = (fence: bigint, body: string) =>
+      inTx(kind, client, async (tx) => {
+        await q(kind, tx, 'insert into lh_docs values ($1, $2) on conflict (id) do update set body = $2', [
+          resource,
+          body,
+        ]);
+        await checkFence(tx, resource, fence);
+      });
+    await write(5n, 'by holder 5');
+    await write(5n, 'by holder 5 again'); // equal passes
+    await write(7n, 'by holder 7');
+    const err = await write(6n, 'by paused holder 6').catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(StaleFenceError);
+    expect(err).toMatchObject({ resource, fence: 6n, highest: 7n });
+    const r = await admin.query('select body from lh_docs where id = $1', [resource]);
+    expect(r.rows[0].body).toBe('by holder 7');
+    const seen = await admin.query('select fence::text from leasehold_fence_seen where resource = $1', [resource]);
+    expect(seen.rows[0].fence).toBe('7');
+  });
+
+  test('a paused former holder cannot write after the next holder did (locks + checkFence)', async () => {
+    const client = await env.client(kind, 4);
+    const key = uid();
+    const resource = `acct:${key}`;
+    const b1 = postgres(await env.client(kind, 3));
+    const b2 = postgres(await env.client(kind, 3));
+    const full = `leasehold:${key}`;
+    const old = await b1.acquire(full, { token: 'old', ttlMs: 10_000 });
+    await (await env.admin()).query('select pg_terminate_backend($1::int4)', await env.holders(full)); // old is "paused"
+    const fresh = await b2.acquire(full, { token: 'new', ttlMs: 10_000 });
+    expect(fresh!.fence).toBeGreaterThan(old!.fence);
+    await inTx(kind, client, (tx) => checkFence(tx, resource, fresh!.fence));
+    await expect(inTx(kind, client, (tx) => checkFence(tx, resource, old!.fence))).rejects.toBeInstanceOf(
+      StaleFenceError,
+    );
+    await Promise.all([b1.close(), b2.close()]);
+  });
+
+  test('bad input is rejected with InvalidArgumentError before any I/O', async () => {
+    const client = await env.client(kind, 2);
+    let calls = 0;
+    await inTx(kind, client, async (tx: any) => {
+      // a counting wrapper over the real transaction
+      const spy =
+        kind === 'pg'
+          ? { query: (...a: unknown[]) => (calls++, tx.query(...a)) }
+          : Object.assign((...a: unknown[]) => tx(...a), {
+              unsafe: (...a: unknown[]) => (calls++, tx.unsafe(...a)),
+            });
+      const bad: Array<() => Promise<unknown>> = [
+        () => xactLock(spy, ''),
+        () => xactLock(spy, 'x'.repeat(1025)),
+        () => xactLock(spy, 'é'.repeat(513)),
+        () => xactLock(spy, 42 as never),
+        () => xactLock(spy, 'nul\u0000key'),
+        () => xactLock(spy, 'k', { bogus: 1 } as never),
+        () => xactLock(spy, 'k', { prefix: '' }),
+        () => xactLock(spy, 'k', { schema: 'no;pe' }),
+        () => xactLock(spy, 'k', { channel: 'bad channel' }),
+        () => tryXactLock(spy, ''),
+        () => tryXactLock(spy, 'k', 'opts' as never),
+        () => xactLock(client, 'k'), // the pool / root sql instead of the transaction
+        () => xactLock({} as never, 'k'),
+        () => checkFence(spy, '', 1n),
+        () => checkFence(spy, 'r', -1n),
+        () => checkFence(spy, 'r', 1 as never),
+        () => checkFence(spy, 'r', 2n ** 63n),
+        () => checkFence(spy, 'r', 1n, { schema: 'x', extra: 1 } as never),
+      ];
+      for (const f of bad) await expect(f()).rejects.toBeInstanceOf(InvalidArgumentError);
+      expect(calls).toBe(0);
+      if (kind === 'pg') {
+        // a client outside any transaction: the lock would be let go as soon as it was taken
+        const idle = await client.connect();
+        try {
+          await expect(xactLock(idle, 'k')).rejects.toThrow(/not inside a transaction/);
+        } finally {
+          idle.release();
+        }
+      }
+      await xactLock(spy, uid());
+      expect(calls).toBeGreaterThan(0); // the spy does count real calls
+    });
+  });
+
+  test('first use creates the tables inside the transaction, also concurrently; migrate() is idempotent', async () => {
+    const client = await env.client(kind, 4);
+    const schema = `lh_${uid()}`;
+    const fences = await Promise.all(
+      Array.from({ length: 3 }, () => inTx(kind, client, (tx) => xactLock(tx, uid(), { schema }))),
+    );
+    expect(fences).toEqual([1n, 1n, 1n]);
+    await inTx(kind, client, (tx) => checkFence(tx, 'r', 1n, { schema }));
+    await Promise.all([migrate(client, { schema }), migrate(client, { schema })]);
+    const schema2 = `lh_${uid()}`;
+    await Promise.all(Array.from({ length: 4 }, () => migrate(client, { schema: schema2 })));
+    const admin = await env.admin();
+    const r = await admin.query(
+      `select count(*)::int as n from pg_tables where schemaname = any($1) and tablename like 'leasehold_%'`,
+      [[schema, schema2]],
+    );
+    expect(r.rows[0].n).toBe(4);
+    await expect(migrate(client, { schema: 'a"b' })).rejects.toBeInstanceOf(InvalidArgumentError);
+    await admin.query(`drop schema "${schema}" cascade; drop schema "${schema2}" cascade`);
+  });
+});
