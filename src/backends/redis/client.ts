@@ -33,6 +33,20 @@ export interface RedisAdapter {
   close(): Promise<void>;
 }
 
+/** How long close() lets a subscriber connection say goodbye before dropping it. */
+const CLOSE_TIMEOUT_MS = 1000;
+
+/** 'ok', 'error' or 'timeout', never rejecting. */
+function settleWithin(p: Promise<unknown>, ms: number): Promise<'ok' | 'error' | 'timeout'> {
+  return new Promise((resolve) => {
+    const t = setTimeout(() => resolve('timeout'), ms);
+    p.then(
+      () => (clearTimeout(t), resolve('ok')),
+      () => (clearTimeout(t), resolve('error')),
+    );
+  });
+}
+
 const isNoScript = (e: unknown) => e instanceof Error && /NOSCRIPT/i.test(e.message);
 
 /** Detects the client type. Throws InvalidArgumentError for anything else. */
@@ -118,11 +132,9 @@ class IoredisAdapter implements RedisAdapter {
     this.subReady = null;
     this.listeners.clear();
     if (sub) {
-      try {
-        await sub.quit();
-      } catch {
-        sub.disconnect();
-      }
+      // QUIT waits for the server: bounded, so a frozen (SIGSTOPped) node cannot hang close().
+      const quit = await settleWithin(sub.quit(), CLOSE_TIMEOUT_MS);
+      if (quit !== 'ok') sub.disconnect();
     }
   }
 }
@@ -168,17 +180,21 @@ class NodeRedisAdapter implements RedisAdapter {
   }
 
   async close(): Promise<void> {
+    const sub = this.sub;
     const ready = this.subReady;
     this.sub = null;
     this.subReady = null;
-    if (ready) {
-      const sub = await ready.catch(() => null);
-      if (sub) {
-        try {
-          await (sub.close ? sub.close() : sub.quit());
-        } catch {
-          /* already gone */
-        }
+    if (!sub) return;
+    // Bounded at every step, so a frozen (SIGSTOPped) node cannot hang close().
+    const connected = ready ? await settleWithin(ready, CLOSE_TIMEOUT_MS) : 'error';
+    const quit =
+      connected === 'ok' ? await settleWithin(sub.close ? sub.close() : sub.quit(), CLOSE_TIMEOUT_MS) : 'error';
+    if (quit !== 'ok') {
+      try {
+        if (sub.destroy) sub.destroy();
+        else sub.disconnect();
+      } catch {
+        /* already gone */
       }
     }
   }
