@@ -34,6 +34,8 @@ export {
 } from './errors.js';
 export type { Election, ElectOptions, LeaderInfo, Term } from './recipes/election.js';
 export type { IdempotentOptions } from './recipes/idempotency.js';
+export { fromUrl, redactUrl } from './url.js';
+export { withOptimisticRetry, type OptimisticRetryOptions } from './recipes/optimistic.js';
 export { FenceGate } from './fencing/gate.js';
 export { channels } from './events.js';
 export type { AcquireEvent, ReleaseEvent, ExtendEvent, LostEvent, WaitEvent } from './events.js';
