@@ -1,0 +1,156 @@
+/** The issue's goals P1..P5, each computed from the measurements as a ratio with a verdict. */
+import { LIBS } from '../sections/redlock.js';
+import { NAMES } from '../sections/uncontended.js';
+import { pairedRatio } from '../lib/measure.js';
+import { round } from '../lib/stats.js';
+import type { Goal, Results } from './types.js';
+
+const x = (v: number) => `${round(v)}×`;
+const notMeasured = (g: Omit<Goal, 'ratio' | 'met' | 'measured'>, why: string): Goal => ({
+  ...g,
+  ratio: null,
+  measured: `not measured: ${why}`,
+  met: null,
+});
+
+/** Redis contended runs are named after their library; these are the peers. */
+export const PEER_LIBS = ['sesamecare', 'semaphore'] as const;
+/** A stalled node "does not move" the acquire latency: stalled p50 within this factor of healthy. */
+export const STALL_TOLERANCE = 1.2;
+
+function p1(r: Results): Goal {
+  const g = {
+    id: 'P1',
+    title: 'Uncontended Redis acquire+release',
+    target: '≤ 1.10 × raw floor; ≥ every peer',
+  } as const;
+  const u = r.uncontended;
+  if (!u) return notMeasured(g, 'section not run or failed');
+  const by = (list: typeof u.sequential, name: string) => list.find((s) => s.name === name);
+  const sf = by(u.sequential, NAMES.floor);
+  const so = by(u.sequential, NAMES.ours);
+  const pf = by(u.parallel, NAMES.floor);
+  const po = by(u.parallel, NAMES.ours);
+  if (!sf || !so || !pf || !po) return notMeasured(g, 'floor or leasehold missing');
+  // paired: the median over interleaved rounds of the per-round ratio
+  const seq = pairedRatio(so.rounds.p50, sf.rounds.p50);
+  const par = pairedRatio(pf.rounds.opsPerSec, po.rounds.opsPerSec);
+  const peers = [NAMES.sesamecare, NAMES.semaphore];
+  const seqPeer = Math.max(...peers.map((p) => by(u.sequential, p)?.opsPerSec ?? 0));
+  const parPeer = Math.max(...peers.map((p) => by(u.parallel, p)?.opsPerSec ?? 0));
+  const vsPeerSeq = so.opsPerSec / seqPeer;
+  const vsPeerPar = po.opsPerSec / parPeer;
+  return {
+    ...g,
+    ratio: round(seq),
+    measured:
+      `sequential p50 ${x(seq)} floor (pooled ${so.total.p50} vs ${sf.total.p50} ms); 64 keys: ${x(par)} floor time per op ` +
+      `(${po.opsPerSec} vs ${pf.opsPerSec} ops/s); vs fastest peer: ${x(vsPeerSeq)} its ops/s sequential, ` +
+      `${x(vsPeerPar)} with 64 keys`,
+    met: seq <= 1.1 && par <= 1.1 && vsPeerSeq >= 1 && vsPeerPar >= 1,
+  };
+}
+
+function p2(r: Results): Goal {
+  const g = {
+    id: 'P2',
+    title: 'Contended handoff (8 processes)',
+    target: 'p99 wait ≥ 10 × lower than best peer, at ≥ its handoffs/s',
+  } as const;
+  const runs = r.contended?.runs ?? [];
+  const ours = runs.find((x) => x.lib === 'leasehold');
+  const peers = runs.filter((x) => (PEER_LIBS as readonly string[]).includes(x.lib) && !x.incomplete);
+  if (!ours || peers.length === 0) return notMeasured(g, 'leasehold or every peer run missing');
+  const best = peers.reduce((a, b) => (b.wait.p99 < a.wait.p99 ? b : a));
+  const fastest = Math.max(...peers.map((p) => p.handoffsPerSec));
+  const lower = best.wait.p99 / ours.wait.p99;
+  const rate = ours.handoffsPerSec / best.handoffsPerSec;
+  return {
+    ...g,
+    ratio: round(lower),
+    measured:
+      `p99 ${ours.wait.p99} ms vs ${best.name} ${best.wait.p99} ms: ${x(lower)} lower; handoffs/s ${ours.handoffsPerSec} ` +
+      `vs ${best.handoffsPerSec}: ${x(rate)} (fastest peer ${fastest}/s)`,
+    met: lower >= 10 && rate >= 1 && !ours.incomplete,
+  };
+}
+
+function p3(r: Results): Goal {
+  const g = {
+    id: 'P3',
+    title: 'Redlock 5 nodes, fenced',
+    target: `acquire ≤ 2.3 × single node; a stalled node moves p50 by < ${STALL_TOLERANCE}×`,
+  } as const;
+  const rl = r.redlock;
+  if (!rl) return notMeasured(g, 'section not run or failed');
+  if (!rl.ours.ready) return notMeasured(g, `leasehold redlock() not ready (${rl.ours.reason ?? ''})`);
+  const find = (setup: string, prefix: string) =>
+    rl.groups.find((gr) => gr.setup === setup)?.results.find((s) => s.name.startsWith(prefix));
+  const single = find('single node', `${LIBS.ours} redis()`);
+  const five = find('5 nodes', `${LIBS.ours} redlock()`);
+  const healthy = find('5 nodes, healthy', `${LIBS.ours} redlock()`);
+  const stalled = find('5 nodes, 1 stalled', `${LIBS.ours} redlock()`);
+  if (!single || !five) return notMeasured(g, 'single-node or 5-node run missing');
+  const ratio = pairedRatio(five.rounds.acquireP50, single.rounds.acquireP50);
+  // context: what one parallel round to 5 nodes costs here, relative to one node, for a peer
+  const peer5 = find('5 nodes', LIBS.sesamecare);
+  const peer1 = find('single node', LIBS.sesamecare);
+  const peerRatio = peer5 && peer1 ? pairedRatio(peer5.rounds.acquireP50, peer1.rounds.acquireP50) : NaN;
+  let stall = 'stall scenario not measured';
+  let stallOk = false;
+  if (healthy && stalled && stalled.ops > 0) {
+    const s = stalled.acquire.p50 / healthy.acquire.p50;
+    stallOk = s < STALL_TOLERANCE && stalled.errors === 0;
+    stall = `one node stalled: acquire p50 ${stalled.acquire.p50} vs ${healthy.acquire.p50} ms healthy (${x(s)}), p99 ${stalled.acquire.p99} ms, ${stalled.errors} errors`;
+  }
+  return {
+    ...g,
+    ratio: round(ratio),
+    measured:
+      `5-node acquire p50 ${x(ratio)} single node (pooled ${five.acquire.p50} vs ${single.acquire.p50} ms; for scale, ` +
+      `${LIBS.sesamecare}'s one round to 5 nodes is ${x(peerRatio)} its single-node acquire here); ${stall}`,
+    met: ratio <= 2.3 && stallOk,
+  };
+}
+
+function p4(r: Results): Goal {
+  const g = {
+    id: 'P4',
+    title: `${r.scale?.n ?? 10_000} held leases, auto-renewed`,
+    target: '≤ 1 pipelined round trip per renewal tick; client CPU ≤ 5 % of a core',
+  } as const;
+  const ours = r.scale?.results.find((s) => s.lib === 'leasehold');
+  if (!ours) return notMeasured(g, 'scale section not run or failed');
+  const ticks = ours.windowMs / ours.renewEveryMs;
+  const trips = ours.roundTripsPerTick * ticks;
+  const ok = trips <= Math.floor(ticks) + 1 && ours.clientCpuPct <= 5 && ours.lost === 0;
+  return {
+    ...g,
+    ratio: ours.roundTripsPerTick,
+    measured:
+      `${ours.roundTripsPerTick} round trips per ${ours.renewEveryMs} ms tick (${Math.round(trips)} in ${Math.round(ticks)} ticks), ` +
+      `client CPU ${ours.clientCpuPct} % of a core, ${ours.lost} lost`,
+    met: ok,
+  };
+}
+
+function p5(r: Results): Goal {
+  const g = { id: 'P5', title: 'Postgres acquire+release', target: '≤ 1.15 × raw advisory lock' } as const;
+  const pg = r.postgres;
+  if (!pg) return notMeasured(g, 'section not run or failed');
+  if (!pg.ours.ready) return notMeasured(g, `leasehold postgres() not ready (${pg.ours.reason ?? ''})`);
+  const raw = pg.sequential.find((s) => s.name.startsWith('raw'));
+  const ours = pg.sequential.find((s) => s.name.startsWith('leasehold'));
+  if (!raw || !ours) return notMeasured(g, pg.error ?? 'run missing');
+  const ratio = pairedRatio(ours.rounds.p50, raw.rounds.p50);
+  return {
+    ...g,
+    ratio: round(ratio),
+    measured: `p50 ${x(ratio)} raw (pooled ${ours.total.p50} vs ${raw.total.p50} ms; acquire ${ours.acquire.p50} vs ${raw.acquire.p50}, release ${ours.release.p50} vs ${raw.release.p50})`,
+    met: ratio <= 1.15,
+  };
+}
+
+export function goals(r: Results): Goal[] {
+  return [p1(r), p2(r), p3(r), p4(r), p5(r)];
+}

@@ -1,0 +1,203 @@
+/**
+ * 4. One process holding `n` auto-renewed leases for `windowMs` on a dedicated Redis (forked
+ * by bench/run.ts with --expose-gc). Reports renewal traffic (Redis-side command counts and
+ * client-side round trips), client CPU and heap over IPC.
+ */
+import { writeFileSync } from 'node:fs';
+import { Session } from 'node:inspector/promises';
+import { join } from 'node:path';
+import type { Redis } from 'ioredis';
+import { Mutex } from 'redis-semaphore';
+import { redis } from '../src/backends/redis/index.js';
+import { createLocks, type Lease } from '../src/index.js';
+import { ioredis, quit } from './lib/clients.js';
+import { errText, now, round, sleep } from './lib/stats.js';
+
+export interface ScaleSpec {
+  lib: 'leasehold' | 'redis-semaphore';
+  n: number;
+  windowMs: number;
+  ttlMs: number;
+  port: number;
+}
+
+export interface ScaleResult {
+  lib: ScaleSpec['lib'];
+  n: number;
+  ttlMs: number;
+  /** the library's renewal period for these leases, ms */
+  renewEveryMs: number;
+  acquireAllMs: number;
+  windowMs: number;
+  /** top-level commands Redis processed per second during the window (INFO stats) */
+  redisCommandsPerSec: number;
+  /** Redis server CPU (user+sys) during the window, % of one core */
+  redisCpuPct: number;
+  /** client → Redis renewal requests per second that were separate round trips (pipelines count once) */
+  roundTripsPerSec: number;
+  /** renewal round trips per renewal period (leasehold goal: ≤ 1) */
+  roundTripsPerTick: number;
+  /** lease renewals per second (items renewed) */
+  renewalsPerSec: number;
+  clientCpuPct: number;
+  heapBeforeMB: number;
+  heapHeldMB: number;
+  heapPeakMB: number;
+  rssMB: number;
+  lost: number;
+  releaseAllMs: number;
+  error?: string;
+}
+
+/**
+ * With LEASEHOLD_BENCH_PROFILE=<dir>, the measurement window (only) is CPU-profiled into
+ * <dir>/scale-<lib>.cpuprofile (open it in Chrome DevTools or speedscope).
+ */
+async function profiler(lib: string): Promise<() => Promise<void>> {
+  const dir = process.env.LEASEHOLD_BENCH_PROFILE;
+  if (!dir) return async () => {};
+  const session = new Session();
+  session.connect();
+  await session.post('Profiler.enable');
+  await session.post('Profiler.start');
+  return async () => {
+    const { profile } = await session.post('Profiler.stop');
+    writeFileSync(join(dir, `scale-${lib}.cpuprofile`), JSON.stringify(profile));
+    session.disconnect();
+  };
+}
+
+const gc = (globalThis as { gc?: () => void }).gc ?? (() => {});
+const mb = (b: number) => round(b / 1048576);
+
+async function info(admin: Redis): Promise<{ commands: number; cpu: number }> {
+  const s = await admin.info('stats');
+  const c = await admin.info('cpu');
+  const commands = Number(/total_commands_processed:(\d+)/.exec(s)?.[1] ?? NaN);
+  const user = Number(/used_cpu_user:([\d.]+)/.exec(c)?.[1] ?? NaN);
+  const sys = Number(/used_cpu_sys:([\d.]+)/.exec(c)?.[1] ?? NaN);
+  return { commands, cpu: user + sys };
+}
+
+/** Runs `f(i)` for i in [0, n) with at most `width` in flight. */
+async function pool(n: number, width: number, f: (i: number) => Promise<void>): Promise<void> {
+  let next = 0;
+  await Promise.all(
+    Array.from({ length: Math.min(width, n) }, async () => {
+      while (next < n) await f(next++);
+    }),
+  );
+}
+
+async function run(spec: ScaleSpec): Promise<ScaleResult> {
+  const admin = await ioredis(spec.port);
+  const client = await ioredis(spec.port);
+  await admin.flushall();
+  let calls = 0;
+  let items = 0;
+  let lost = 0;
+  let renewEveryMs: number;
+  let releaseAll: () => Promise<void>;
+  let countLost: () => number;
+  gc();
+  const heapBefore = process.memoryUsage().heapUsed;
+  const t0 = now();
+  if (spec.lib === 'leasehold') {
+    const backend = redis(client);
+    const extend = backend.extend.bind(backend);
+    backend.extend = (batch) => {
+      calls++;
+      items += batch.length;
+      return extend(batch);
+    };
+    const locks = createLocks(backend, { ttl: spec.ttlMs });
+    renewEveryMs = Math.floor(spec.ttlMs / 3);
+    const leases: Lease[] = new Array<Lease>(spec.n);
+    await pool(spec.n, 256, async (i) => {
+      leases[i] = await locks.acquire(`scale:${i}`, { wait: 10_000 });
+    });
+    countLost = () => leases.filter((l) => !l.held).length;
+    releaseAll = async () => {
+      await Promise.all(leases.map((l) => l.release()));
+      await locks.close();
+    };
+  } else {
+    // redis-semaphore refreshes each mutex with its own setInterval (0.8 × lockTimeout)
+    const evalsha = client.evalsha.bind(client) as (...a: unknown[]) => Promise<unknown>;
+    (client as any).evalsha = (...a: unknown[]) => {
+      calls++;
+      items++;
+      return evalsha(...a);
+    };
+    renewEveryMs = Math.round(spec.ttlMs * 0.8);
+    const mutexes: Mutex[] = new Array<Mutex>(spec.n);
+    await pool(spec.n, 256, async (i) => {
+      const m = new Mutex(client, `scale:${i}`, { lockTimeout: spec.ttlMs, onLockLost: () => void lost++ });
+      await m.acquire();
+      mutexes[i] = m;
+    });
+    countLost = () => lost + mutexes.filter((m) => !m.isAcquired).length;
+    releaseAll = async () => {
+      await Promise.all(mutexes.map((m) => m.release()));
+    };
+  }
+  const acquireAllMs = now() - t0;
+  // steady state: every lease has been renewed at least once before the window opens
+  await sleep(renewEveryMs + 200);
+  gc();
+  const heapHeld = process.memoryUsage().heapUsed;
+  const before = await info(admin);
+  calls = 0;
+  items = 0;
+  const stopProfile = await profiler(spec.lib);
+  const cpu0 = process.cpuUsage();
+  const w0 = now();
+  let heapPeak = 0;
+  while (now() - w0 < spec.windowMs) {
+    await sleep(Math.min(250, spec.windowMs - (now() - w0)));
+    heapPeak = Math.max(heapPeak, process.memoryUsage().heapUsed);
+  }
+  const cpu = process.cpuUsage(cpu0);
+  const windowMs = now() - w0;
+  await stopProfile();
+  const after = await info(admin);
+  const rtCalls = calls;
+  const renewed = items;
+  const lostNow = countLost();
+  const rss = process.memoryUsage().rss;
+  const r0 = now();
+  await releaseAll();
+  const releaseAllMs = now() - r0;
+  await quit(client);
+  await quit(admin);
+  const sec = windowMs / 1000;
+  return {
+    lib: spec.lib,
+    n: spec.n,
+    ttlMs: spec.ttlMs,
+    renewEveryMs,
+    acquireAllMs: Math.round(acquireAllMs),
+    windowMs: Math.round(windowMs),
+    // the closing INFO pair itself is 2 of the counted commands
+    redisCommandsPerSec: Math.round((after.commands - before.commands - 2) / sec),
+    redisCpuPct: round(((after.cpu - before.cpu) / sec) * 100),
+    roundTripsPerSec: round(rtCalls / sec),
+    roundTripsPerTick: round(rtCalls / (windowMs / renewEveryMs)),
+    renewalsPerSec: Math.round(renewed / sec),
+    clientCpuPct: round(((cpu.user + cpu.system) / 1000 / windowMs) * 100),
+    heapBeforeMB: mb(heapBefore),
+    heapHeldMB: mb(heapHeld),
+    heapPeakMB: mb(heapPeak),
+    rssMB: mb(rss),
+    lost: lostNow,
+    releaseAllMs: Math.round(releaseAllMs),
+  };
+}
+
+process.once('message', (spec: ScaleSpec) => {
+  run(spec).then(
+    (r) => process.send?.({ ok: true, result: r }),
+    (e: unknown) => process.send?.({ ok: false, error: errText(e) }),
+  );
+});
+process.on('disconnect', () => process.exit(0));

@@ -1,0 +1,213 @@
+/**
+ * 2. (and 5b) Contended handoff: 8 worker processes, one key, 1 ms critical section, a fixed
+ * number of grants in total (an equal share per worker). Waits are timed on the workers.
+ */
+import type { ChildProcess } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+import { ioredis, purge, quit } from '../lib/clients.js';
+import type { Ctx } from '../lib/ctx.js';
+import { forkTs, stopChild } from '../lib/procs.js';
+import { percentile, round, roundSummary, summarize, type Summary } from '../lib/stats.js';
+import type { FromWorker, ToWorker, WorkerLib, WorkerResult, WorkerSpec } from '../worker.js';
+
+const WORKER = fileURLToPath(new URL('../worker.ts', import.meta.url));
+
+export interface ContendedRun {
+  lib: WorkerLib;
+  name: string;
+  /** what the library was configured with (retry, ttl) */
+  config: string;
+  workers: number;
+  grants: number;
+  elapsedMs: number;
+  handoffsPerSec: number;
+  /** wait per acquire, ms */
+  wait: Summary;
+  /** fraction of grants that went to a different worker than the previous grant */
+  switchRatio: number;
+  /** grants per worker, to see starvation */
+  perWorker: number[];
+  meanHoldMs: number;
+  /** CPU time of all worker processes together, per grant (ms) */
+  cpuMsPerGrant: number;
+  /** commands the workers sent to Redis per grant (acquire attempts + release + …); null for Postgres */
+  commandsPerGrant: number | null;
+  errors: number;
+  incomplete: boolean;
+  lastError?: string;
+  /** [quantile, wait ms] at 0, 0.005, …, 0.99, 0.992, …, 0.999 and 1 (max): the distribution the chart draws */
+  cdf: [number, number][];
+}
+
+export interface ContendedPlan {
+  lib: WorkerLib;
+  name: string;
+  config: string;
+}
+
+function nextMessage(w: ChildProcess, type: FromWorker['type'], ms: number): Promise<FromWorker> {
+  return new Promise((resolve, reject) => {
+    const onMsg = (m: FromWorker) => {
+      if (m.type === type || m.type === 'failed') {
+        done();
+        if (m.type === 'failed') reject(new Error(m.error));
+        else resolve(m);
+      }
+    };
+    const onExit = (code: number | null) => {
+      done();
+      reject(new Error(`worker exited (${code})`));
+    };
+    const t = setTimeout(() => {
+      done();
+      reject(new Error(`worker sent no '${type}' within ${ms}ms`));
+    }, ms);
+    const done = () => {
+      clearTimeout(t);
+      w.off('message', onMsg);
+      w.off('exit', onExit);
+    };
+    w.on('message', onMsg);
+    w.once('exit', onExit);
+  });
+}
+
+const tell = (w: ChildProcess, m: ToWorker) => w.send(m);
+
+class Pool {
+  private constructor(readonly workers: ChildProcess[]) {}
+
+  static start(n: number): Pool {
+    return new Pool(Array.from({ length: n }, () => forkTs(WORKER)));
+  }
+
+  async run(specOf: (i: number) => WorkerSpec, setupMs: number, runMs: number): Promise<WorkerResult[]> {
+    const ws = this.workers;
+    await Promise.all(
+      ws.map((w, i) => {
+        const p = nextMessage(w, 'ready', setupMs);
+        tell(w, { type: 'setup', spec: specOf(i) });
+        return p;
+      }),
+    );
+    const done = ws.map((w) => nextMessage(w, 'done', runMs));
+    for (const w of ws) tell(w, { type: 'go' });
+    const results = (await Promise.all(done)).map((m) => (m as Extract<FromWorker, { type: 'done' }>).result);
+    await Promise.all(
+      ws.map((w) => {
+        const p = nextMessage(w, 'closed', 5000);
+        tell(w, { type: 'teardown' });
+        return p;
+      }),
+    );
+    return results;
+  }
+
+  async close(): Promise<void> {
+    await Promise.all(this.workers.map((w) => stopChild(w)));
+  }
+}
+
+function aggregate(plan: ContendedPlan, results: WorkerResult[]): ContendedRun {
+  const waits = results.flatMap((r) => r.waits);
+  const grants = results.flatMap((r) => r.grantsAt.map((t) => [t, r.index] as const)).sort((a, b) => a[0] - b[0]);
+  let switches = 0;
+  for (let i = 1; i < grants.length; i++) if (grants[i]![1] !== grants[i - 1]![1]) switches++;
+  const start = Math.min(...results.map((r) => r.startAt));
+  const end = Math.max(...results.map((r) => r.endAt));
+  const sorted = Float64Array.from(waits).sort();
+  const qs = [...Array.from({ length: 199 }, (_, i) => i / 200), 0.99, 0.992, 0.994, 0.996, 0.998, 0.999, 1];
+  const cdf = qs.map((q): [number, number] => [q, round(q === 0 ? (sorted[0] ?? NaN) : percentile(sorted, q * 100))]);
+  const errored = results.find((r) => r.lastError);
+  const run: ContendedRun = {
+    lib: plan.lib,
+    name: plan.name,
+    config: plan.config,
+    workers: results.length,
+    grants: waits.length,
+    elapsedMs: Math.round(end - start),
+    handoffsPerSec: Math.round(waits.length / ((end - start) / 1000)),
+    wait: roundSummary(summarize(waits)),
+    switchRatio: round(grants.length > 1 ? switches / (grants.length - 1) : 0),
+    perWorker: results.map((r) => r.waits.length),
+    meanHoldMs: round(results.reduce((s, r) => s + r.meanHoldMs * r.waits.length, 0) / Math.max(1, waits.length)),
+    cpuMsPerGrant: round(results.reduce((s, r) => s + r.cpuMs, 0) / Math.max(1, waits.length)),
+    commandsPerGrant: results.some((r) => r.commands === null)
+      ? null
+      : round(results.reduce((s, r) => s + r.commands!, 0) / Math.max(1, waits.length)),
+    errors: results.reduce((s, r) => s + r.errors, 0),
+    incomplete: results.some((r) => r.incomplete),
+    cdf,
+  };
+  if (errored?.lastError) run.lastError = errored.lastError;
+  return run;
+}
+
+export interface ContendedOptions {
+  workers: number;
+  grants: number;
+  csMs: number;
+  deadlineMs: number;
+  /** Redis port for the Redis libraries (default 6379) */
+  redisPort?: number;
+}
+
+export function contendedOptions(ctx: Ctx): ContendedOptions {
+  return ctx.quick
+    ? { workers: 8, grants: 160, csMs: 1, deadlineMs: 8_000 }
+    : { workers: 8, grants: 2_000, csMs: 1, deadlineMs: 45_000 };
+}
+
+/** Runs each plan on a pool of worker processes (a fresh pool after a failure). */
+export async function contended(
+  ctx: Ctx,
+  plans: ContendedPlan[],
+  o = contendedOptions(ctx),
+): Promise<{ options: ContendedOptions; runs: ContendedRun[]; failures: { name: string; error: string }[] }> {
+  const runs: ContendedRun[] = [];
+  const failures: { name: string; error: string }[] = [];
+  let pool: Pool | null = null;
+  const admin = await ioredis(o.redisPort ?? 6379);
+  try {
+    for (const plan of plans) {
+      pool ??= Pool.start(o.workers);
+      const key = `bench:${ctx.runId}:contended:${plan.lib}`;
+      const per = Math.ceil(o.grants / o.workers);
+      ctx.log(`${plan.name}: ${o.workers} processes × ${per} grants, cs ${o.csMs}ms`);
+      try {
+        const results = await pool.run(
+          (index) => ({
+            lib: plan.lib,
+            index,
+            key,
+            count: per,
+            csMs: o.csMs,
+            deadlineMs: o.deadlineMs,
+            ttlMs: 5_000,
+            waitMs: o.deadlineMs,
+            redisPort: o.redisPort ?? 6379,
+          }),
+          30_000,
+          o.deadlineMs + 15_000,
+        );
+        const run = aggregate(plan, results);
+        runs.push(run);
+        ctx.log(
+          `  ${run.handoffsPerSec}/s, wait p50 ${run.wait.p50} p99 ${run.wait.p99} max ${run.wait.max} ms, ` +
+            `${run.commandsPerGrant ?? '–'} commands and ${run.cpuMsPerGrant} ms CPU per grant` +
+            (run.incomplete ? ' (INCOMPLETE: deadline)' : ''),
+        );
+      } catch (e) {
+        failures.push({ name: plan.name, error: e instanceof Error ? e.message : String(e) });
+        ctx.log(`  failed: ${failures.at(-1)!.error}`);
+        await pool.close();
+        pool = null;
+      }
+    }
+  } finally {
+    await pool?.close();
+    await purge(admin, `bench:${ctx.runId}:`).catch(() => 0);
+    await quit(admin);
+  }
+  return { options: o, runs, failures };
+}

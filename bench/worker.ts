@@ -1,0 +1,189 @@
+/**
+ * A contended-handoff worker process (forked by bench/run.ts through tsx). It owns its own
+ * connection(s) and runs: acquire → critical section (sleep csMs) → release, `count` times on one
+ * key, timing each acquire's wait with performance.now() and reporting the samples over IPC.
+ *
+ * Protocol: parent → {type:'setup', spec} → 'ready' | 'failed'; {type:'go'} → 'done' (result);
+ * {type:'teardown'} → 'closed'. The worker exits when the parent disconnects.
+ */
+import { redis } from '../src/backends/redis/index.js';
+import { ioredis, loadPostgres, pgClient, pgPool, quit } from './lib/clients.js';
+import { epochNow, errText, now, sleep } from './lib/stats.js';
+import {
+  leaseholdSubject,
+  pgRawSubject,
+  semaphoreMutexSubject,
+  sesamecareSubject,
+  type Subject,
+} from './lib/subjects.js';
+
+export type WorkerLib = 'leasehold' | 'sesamecare' | 'semaphore' | 'pg-raw' | 'leasehold-pg';
+
+export interface WorkerSpec {
+  lib: WorkerLib;
+  index: number;
+  key: string;
+  count: number;
+  csMs: number;
+  /** The worker stops (and says so) when a run takes longer than this. */
+  deadlineMs: number;
+  ttlMs: number;
+  waitMs: number;
+  redisPort: number;
+}
+
+export interface WorkerResult {
+  index: number;
+  /** ms from calling acquire until it resolved, one per grant */
+  waits: number[];
+  /** epoch ms (performance.timeOrigin + now) of each grant, to order grants across workers */
+  grantsAt: number[];
+  meanHoldMs: number;
+  startAt: number;
+  endAt: number;
+  errors: number;
+  lastError?: string;
+  incomplete: boolean;
+  /** this process's CPU time (user + system) during the run, ms */
+  cpuMs: number;
+  /** commands this process sent to Redis during the run (ioredis sendCommand; null for Postgres) */
+  commands: number | null;
+}
+
+export type ToWorker = { type: 'setup'; spec: WorkerSpec } | { type: 'go' } | { type: 'teardown' };
+export type FromWorker =
+  { type: 'ready' } | { type: 'failed'; error: string } | { type: 'done'; result: WorkerResult } | { type: 'closed' };
+
+let spec: WorkerSpec | null = null;
+let commands: number | null = null;
+let subject: Subject | null = null;
+const closers: Array<() => Promise<unknown>> = [];
+
+const send = (m: FromWorker) => process.send?.(m);
+
+async function setup(s: WorkerSpec): Promise<void> {
+  spec = s;
+  const times = { ttlMs: s.ttlMs, waitMs: s.waitMs };
+  switch (s.lib) {
+    case 'leasehold':
+    case 'sesamecare':
+    case 'semaphore': {
+      const c = await ioredis(s.redisPort);
+      closers.push(() => quit(c));
+      // count every command sent on this connection (the subscriber connection only receives)
+      const send = c.sendCommand.bind(c);
+      commands = 0;
+      c.sendCommand = ((...a: Parameters<typeof send>) => {
+        if (commands !== null) commands++;
+        return send(...a);
+      }) as typeof c.sendCommand;
+      subject =
+        s.lib === 'leasehold'
+          ? leaseholdSubject('leasehold', redis(c), times)
+          : s.lib === 'sesamecare'
+            ? sesamecareSubject('sesamecare', [c], times, true)
+            : semaphoreMutexSubject('semaphore', c, times);
+      break;
+    }
+    case 'pg-raw': {
+      const c = await pgClient();
+      closers.push(() => c.end());
+      subject = pgRawSubject(c, 'block');
+      break;
+    }
+    case 'leasehold-pg': {
+      const opt = await loadPostgres();
+      if (!opt.ready) throw new Error(opt.reason);
+      const pool = pgPool(4);
+      closers.push(() => pool.end());
+      subject = leaseholdSubject('leasehold-pg', opt.factory(pool), times);
+      break;
+    }
+  }
+  const s2 = subject!;
+  closers.push(() => s2.close());
+  // warm-up on a private key: scripts loaded, connections open, JIT past the first call
+  for (let i = 0; i < 20; i++) await (await s2.acquire(`${s.key}:warm:${s.index}`)).release();
+}
+
+async function go(): Promise<WorkerResult> {
+  const s = spec!;
+  const subj = subject!;
+  const waits: number[] = [];
+  const grantsAt: number[] = [];
+  let held = 0;
+  let errors = 0;
+  let lastError: string | undefined;
+  if (commands !== null) commands = 0;
+  const cpu0 = process.cpuUsage();
+  const startAt = epochNow();
+  const t0 = now();
+  let incomplete = false;
+  while (waits.length < s.count) {
+    if (now() - t0 > s.deadlineMs || errors > 20) {
+      incomplete = true;
+      break;
+    }
+    const a = now();
+    let h;
+    try {
+      h = await subj.acquire(s.key);
+    } catch (e) {
+      errors++;
+      lastError = errText(e);
+      continue;
+    }
+    const b = now();
+    waits.push(b - a);
+    grantsAt.push(performance.timeOrigin + b);
+    await sleep(s.csMs);
+    held += now() - b;
+    try {
+      await h.release();
+    } catch (e) {
+      errors++;
+      lastError = errText(e);
+    }
+  }
+  const cpu = process.cpuUsage(cpu0);
+  const r: WorkerResult = {
+    cpuMs: (cpu.user + cpu.system) / 1000,
+    commands,
+    index: s.index,
+    waits,
+    grantsAt,
+    meanHoldMs: waits.length ? held / waits.length : 0,
+    startAt,
+    endAt: epochNow(),
+    errors,
+    incomplete,
+  };
+  if (lastError) r.lastError = lastError;
+  return r;
+}
+
+async function teardown(): Promise<void> {
+  for (const c of closers.splice(0).reverse()) await Promise.race([c().catch(() => {}), sleep(2000)]);
+  subject = null;
+  spec = null;
+  commands = null;
+}
+
+process.on('message', (m: ToWorker) => {
+  if (m.type === 'setup') {
+    setup(m.spec).then(
+      () => send({ type: 'ready' }),
+      (e: unknown) => send({ type: 'failed', error: errText(e) }),
+    );
+  } else if (m.type === 'go') {
+    go().then(
+      (result) => send({ type: 'done', result }),
+      (e: unknown) => send({ type: 'failed', error: errText(e) }),
+    );
+  } else if (m.type === 'teardown') {
+    void teardown().then(() => send({ type: 'closed' }));
+  }
+});
+process.on('disconnect', () => {
+  void teardown().finally(() => process.exit(0));
+});
