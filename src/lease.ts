@@ -39,7 +39,8 @@ export const driftMs = (ttlMs: number): number => Math.floor(ttlMs * 0.01) + 2;
 type State = 'held' | 'lost' | 'released';
 
 export class LeaseImpl implements Lease {
-  readonly #ctrl = new AbortController();
+  /** Created on first use of `signal`: most leases never need one. */
+  #ctrl: AbortController | null = null;
   #state: State = 'held';
   /** Monotonic time at which the lease runs out for us (validity minus drift). */
   expiresAt: number;
@@ -70,6 +71,11 @@ export class LeaseImpl implements Lease {
     return Math.max(1, Math.floor(this.ttlMs / 3));
   }
   get signal(): AbortSignal {
+    if (!this.#ctrl) {
+      this.#ctrl = new AbortController();
+      if (this.#state === 'lost') this.#ctrl?.abort(this.#lostError);
+      else if (this.#state === 'released') this.#ctrl?.abort();
+    }
     return this.#ctrl.signal;
   }
   get held(): boolean {
@@ -131,7 +137,7 @@ export class LeaseImpl implements Lease {
     if (this.#state !== 'held') return false;
     this.#state = 'released';
     this.host.untrack(this);
-    this.#ctrl.abort();
+    this.#ctrl?.abort();
     const backend = this.host.backend;
     try {
       const released = await backend.release(this.fullKey, this.token);
@@ -155,7 +161,7 @@ export class LeaseImpl implements Lease {
     this.#lostError = new LeaseLostError(this.key, reason, cause === undefined ? undefined : { cause });
     this.host.untrack(this);
     emit(channels.lost, { backend: this.host.backend.name, key: this.key, fence: this.fence, reason, cause });
-    this.#ctrl.abort(this.#lostError);
+    this.#ctrl?.abort(this.#lostError);
     this.host.backend
       .release(this.fullKey, this.token)
       .catch(() => false)
@@ -167,7 +173,7 @@ export class LeaseImpl implements Lease {
     if (this.#state !== 'held') return;
     this.#state = 'released';
     this.host.untrack(this);
-    this.#ctrl.abort();
+    this.#ctrl?.abort();
   }
 
   async [Symbol.asyncDispose](): Promise<void> {

@@ -190,33 +190,62 @@ class LocksImpl implements Locks, LeaseHost {
   async acquire(key: string, options?: AcquireOptions): Promise<Lease> {
     const p = this.parse(key, options, ACQUIRE_OPTS, 'acquire');
     this.assertOpen();
+    if (p.signal?.aborted) throw p.signal.reason;
     const started = now();
+    const token = newToken();
+    if (this.turns.busy(p.fullKey)) return this.wait(p, token, started, false);
+    // fast path: nobody local is ahead of us; one attempt before any timer or signal is set up
+    this.turns.takeNow(p.fullKey);
+    let waiting = false;
+    try {
+      const g = await this.backend.acquire(p.fullKey, { token, ttlMs: p.ttlMs, queue: true, value: p.value });
+      if (g) return await this.granted(p, token, g, started, started, 1);
+      waiting = true;
+      return await this.wait(p, token, started, true);
+    } finally {
+      if (!waiting) this.turns.pass(p.fullKey);
+    }
+  }
+
+  /** A grant arrived: unless the caller gave up meanwhile, it becomes a lease. */
+  private async granted(p: Parsed, token: string, g: Grant, sentAt: number, started: number, attempts: number) {
+    if (p.signal?.aborted || this.closing.signal.aborted) {
+      await this.backend.release(p.fullKey, token).catch(() => false);
+      throw p.signal?.aborted ? p.signal.reason : new ClosedError();
+    }
+    return this.grant(p, token, g, sentAt, now() - started, attempts);
+  }
+
+  /**
+   * The slow path: wait for the local turn (unless `hasTurn`: then the first attempt was refused
+   * and we are queued at the backend), then alternate pauses and attempts until the deadline.
+   */
+  private async wait(p: Parsed, token: string, started: number, hasTurn: boolean): Promise<Lease> {
+    const left = Math.max(0, p.waitMs - (now() - started));
     const deadline = new AbortController();
-    const timer = setTimeout(() => deadline.abort(new LockTimeoutError(p.key, now() - started)), p.waitMs);
+    const timer = setTimeout(() => deadline.abort(new LockTimeoutError(p.key, now() - started)), left);
     const stop = anySignal([p.signal, this.closing.signal]);
     const all = anySignal([stop.signal, deadline.signal]);
-    let queued = false;
-    const token = newToken();
+    let queued = hasTurn;
     let outcome: 'acquired' | 'timeout' | 'aborted' | 'error' = 'error';
+    emit(channels.wait, { backend: this.backend.name, key: p.key, phase: 'start' });
     try {
-      await this.turns.take(p.fullKey, all.signal);
+      if (!hasTurn) await this.turns.take(p.fullKey, all.signal);
       try {
-        emit(channels.wait, { backend: this.backend.name, key: p.key, phase: 'start' });
-        for (let attempt = 1; ; attempt++) {
+        for (let attempt = hasTurn ? 2 : 1; ; attempt++) {
+          if (queued) {
+            if (all.signal.aborted) throw all.signal.reason;
+            await this.pause(p, all.signal, attempt - 1);
+          }
           if (stop.signal.aborted) throw stop.signal.reason;
           const sentAt = now();
           const g = await this.backend.acquire(p.fullKey, { token, ttlMs: p.ttlMs, queue: true, value: p.value });
           if (g) {
-            if (stop.signal.aborted) {
-              await this.backend.release(p.fullKey, token).catch(() => false);
-              throw stop.signal.reason;
-            }
+            const lease = await this.granted(p, token, g, sentAt, started, attempt);
             outcome = 'acquired';
-            return this.grant(p, token, g, sentAt, now() - started, attempt);
+            return lease;
           }
           queued = true;
-          if (all.signal.aborted) throw all.signal.reason;
-          await this.pause(p, all.signal, attempt);
         }
       } finally {
         this.turns.pass(p.fullKey);

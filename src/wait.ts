@@ -82,6 +82,11 @@ export class TurnQueue {
     return this.queues.has(key);
   }
 
+  /** Takes the turn for a key nobody holds (check `busy` first). */
+  takeNow(key: string): void {
+    if (!this.queues.has(key)) this.queues.set(key, []);
+  }
+
   /** Resolves when it is the caller's turn; rejects with signal.reason if aborted first. */
   take(key: string, signal: AbortSignal): Promise<void> {
     const q = this.queues.get(key);

@@ -206,12 +206,19 @@ describe('events', () => {
     try {
       const locks = make(memory());
       const lease = await locks.acquire('evt');
+      expect(seen.wait).toBeUndefined(); // granted at once: no wait
+      const waiting = locks.acquire('evt', { wait: '5s' });
       await lease.extend();
       await lease.release();
+      await (await waiting).release();
       expect(seen.acquire?.[0]).toMatchObject({ key: 'evt', fence: 1n, attempts: 1 });
+      expect(seen.acquire?.[1]).toMatchObject({ key: 'evt', fence: 2n });
       expect(seen.extend?.[0]).toMatchObject({ key: 'evt', ok: true });
       expect(seen.release?.[0]).toMatchObject({ key: 'evt', released: true });
-      expect(seen.wait?.map((m) => m.phase)).toEqual(['start', 'end']);
+      expect(seen.wait?.map((m) => [m.phase, m.outcome])).toEqual([
+        ['start', undefined],
+        ['end', 'acquired'],
+      ]);
       const all = JSON.stringify(seen, (_, v) => (typeof v === 'bigint' ? `${v}` : v));
       expect(all).not.toContain(lease.token);
     } finally {

@@ -21,7 +21,7 @@ export interface ScriptCall {
   readonly args: readonly (string | number)[];
 }
 
-export type MessageListener = (channel: string) => void;
+export type MessageListener = (channel: string, message: string) => void;
 
 export interface RedisAdapter {
   readonly kind: 'ioredis' | 'node-redis';
@@ -109,7 +109,7 @@ class IoredisAdapter implements RedisAdapter {
       const sub = this.client.duplicate({ lazyConnect: false, enableAutoPipelining: false });
       this.sub = sub;
       sub.on('error', () => {}); // reconnects on its own; waiters fall back to bounded polling
-      sub.on('message', (channel: string) => this.listeners.get(channel)?.(channel));
+      sub.on('message', (channel: string, message: string) => this.listeners.get(channel)?.(channel, String(message)));
       this.subReady = Promise.resolve(sub);
     }
     return this.subReady as Promise<any>;
@@ -172,7 +172,7 @@ class NodeRedisAdapter implements RedisAdapter {
 
   async subscribe(channel: string, listener: MessageListener): Promise<void> {
     const sub = await this.connectSub();
-    await sub.subscribe(channel, () => listener(channel));
+    await sub.subscribe(channel, (message: unknown) => listener(channel, String(message)));
   }
 
   async unsubscribe(channel: string): Promise<void> {
