@@ -69,7 +69,7 @@ export class Wakeups {
 
   async wait(key: string, channel: string, signal: AbortSignal, maxMs: number): Promise<void> {
     if (signal.aborted || this.closed) return;
-    let ch = this.channels.get(channel);
+    const ch = this.channels.get(channel);
     if (!ch) {
       const c: Channel = { ready: Promise.resolve(false), waiters: new Map(), linger: null };
       c.ready = this.adapter
