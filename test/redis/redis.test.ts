@@ -153,3 +153,13 @@ describe('fencedSet', () => {
     },
   );
 });
+
+test.each(['ioredis', 'node-redis'] as ClientKind[])('fences stay exact past 2^53 (%s)', async (kind) => {
+  const locks = await locksOn(kind);
+  const k = `big-fence-${kind}`;
+  await (await adminClient()).set(redisKeys(`${prefix}:${k}`).fence, '9007199254740993');
+  const lease = await locks.acquire(k);
+  expect(lease.fence).toBe(9007199254740994n);
+  expect((await locks.inspect(k))!.fence).toBe(9007199254740994n);
+  await lease.release();
+});

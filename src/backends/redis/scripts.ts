@@ -45,7 +45,8 @@ export const ACQUIRE = script(
 local ttl = tonumber(ARGV[2])
 local function grant()
   if ARGV[4] ~= '' then redis.call('SET', KEYS[5], ARGV[4], 'PX', ttl) end
-  return tostring(redis.call('INCR', KEYS[2]))
+  redis.call('INCR', KEYS[2])
+  return redis.call('GET', KEYS[2]) -- exact: Lua numbers are doubles
 end
 if redis.call('EXISTS', KEYS[3]) == 0 then
   if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ttl) then return grant() end
