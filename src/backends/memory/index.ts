@@ -4,7 +4,7 @@
  * backends to model several processes on one server (tests, demos).
  */
 import type { AcquireRequest, Backend, ExtendItem, Grant, LockInfo, ResultStore } from '../../backend.js';
-import { InvalidArgumentError } from '../../errors.js';
+import { InvalidArgumentError, LeaseholdError } from '../../errors.js';
 import { checkOptions } from '../../validate.js';
 
 interface Entry {
@@ -181,6 +181,6 @@ export class MemoryBackend implements Backend {
   }
 
   private assertOpen(): void {
-    if (this.closed) throw new InvalidArgumentError('memory backend is closed');
+    if (this.closed) throw new LeaseholdError('LEASEHOLD_CLOSED', 'this memory backend is closed');
   }
 }

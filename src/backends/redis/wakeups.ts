@@ -5,6 +5,7 @@
  * wakes at the holder's expiry (a crashed holder publishes nothing) and at its `maxMs` bound.
  */
 import { createHash } from 'node:crypto';
+import { sleep } from '../../wait.js';
 import type { RedisAdapter } from './client.js';
 
 interface Channel {
@@ -83,7 +84,7 @@ export class Wakeups {
       // return at once and let the caller try again, now with push in place
       if (await c.ready) return;
       this.channels.delete(channel);
-      return sleep(signal, maxMs);
+      return sleep(maxMs, signal);
     }
     if (ch.linger) {
       clearTimeout(ch.linger);
@@ -127,16 +128,4 @@ export class Wakeups {
     }
     this.channels.clear();
   }
-}
-
-function sleep(signal: AbortSignal, ms: number): Promise<void> {
-  return new Promise((resolve) => {
-    const done = () => {
-      clearTimeout(t);
-      signal.removeEventListener('abort', done);
-      resolve();
-    };
-    const t = setTimeout(done, ms);
-    signal.addEventListener('abort', done, { once: true });
-  });
 }
