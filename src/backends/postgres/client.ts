@@ -86,3 +86,27 @@ export function timed<T>(p: Promise<T>, ms: number, what: string, late?: (value:
 }
 
 export const noop = (): void => {};
+
+/**
+ * Close bookkeeping shared by the pg and postgres.js connection wrappers: the first failure
+ * marks the connection closed and tells every `onClose` callback, once.
+ */
+export abstract class Closable {
+  closed = false;
+  protected cause: unknown;
+  protected cbs: ((cause: unknown) => void)[] = [];
+
+  onClose(cb: (cause: unknown) => void): void {
+    if (this.closed) queueMicrotask(() => cb(this.cause));
+    else this.cbs.push(cb);
+  }
+
+  protected fail(e: unknown): void {
+    if (this.closed) return;
+    this.closed = true;
+    this.cause = e;
+    const cbs = this.cbs;
+    this.cbs = [];
+    for (const cb of cbs) cb(e);
+  }
+}

@@ -2,6 +2,7 @@
 import { BackendError } from '../../errors.js';
 import {
   backendError,
+  Closable,
   noop,
   timed,
   type Conn,
@@ -93,16 +94,14 @@ export class PgDb implements Db {
   }
 }
 
-class PgConn implements Conn {
+class PgConn extends Closable implements Conn {
   readonly pid: number;
-  closed = false;
-  private cause: unknown;
   private done = false;
-  private cbs: ((cause: unknown) => void)[] = [];
   private readonly onError = (e: unknown) => this.fail(e);
   private readonly onEnd = () => this.fail(new BackendError('postgres: connection ended'));
 
   constructor(private readonly client: any) {
+    super();
     this.pid = Number(client.processID);
     client.on('error', this.onError);
     client.on('end', this.onEnd);
@@ -110,20 +109,6 @@ class PgConn implements Conn {
 
   async query(text: string, params: Params = []): Promise<Row[]> {
     return (await this.client.query(text, params)).rows;
-  }
-
-  onClose(cb: (cause: unknown) => void): void {
-    if (this.closed) queueMicrotask(() => cb(this.cause));
-    else this.cbs.push(cb);
-  }
-
-  private fail(e: unknown): void {
-    if (this.closed) return;
-    this.closed = true;
-    this.cause = e;
-    const cbs = this.cbs;
-    this.cbs = [];
-    for (const cb of cbs) cb(e);
   }
 
   release(): void {

@@ -2,6 +2,7 @@
 import { BackendError, InvalidArgumentError } from '../../errors.js';
 import {
   backendError,
+  Closable,
   noop,
   timed,
   type Conn,
@@ -132,18 +133,16 @@ export class PostgresJsDb implements Db {
   }
 }
 
-class PostgresJsConn implements Conn {
+class PostgresJsConn extends Closable implements Conn {
   pid = 0;
-  closed = false;
-  private cause: unknown;
   private done = false;
-  private cbs: ((cause: unknown) => void)[] = [];
 
   constructor(
     private readonly reserved: any,
     private readonly connection: any,
     private readonly state: SqlState,
   ) {
+    super();
     state.hooks.set(connection.id, this.hook);
   }
 
@@ -152,20 +151,6 @@ class PostgresJsConn implements Conn {
   async query(text: string, params: Params = []): Promise<Row[]> {
     if (this.closed) throw this.cause ?? new BackendError('postgres: connection closed');
     return [...(await this.reserved.unsafe(text, params))];
-  }
-
-  onClose(cb: (cause: unknown) => void): void {
-    if (this.closed) queueMicrotask(() => cb(this.cause));
-    else this.cbs.push(cb);
-  }
-
-  private fail(e: unknown): void {
-    if (this.closed) return;
-    this.closed = true;
-    this.cause = e;
-    const cbs = this.cbs;
-    this.cbs = [];
-    for (const cb of cbs) cb(e);
   }
 
   release(): void {
