@@ -17,10 +17,6 @@ export class Keeper {
 
   constructor(private readonly backend: Backend) {}
 
-  get size(): number {
-    return this.leases.size;
-  }
-
   /** Looks a held lease up by its backend key and token (session backends report loss by them). */
   find(fullKey: string, token: string): LeaseImpl | undefined {
     for (const l of this.leases) if (l.fullKey === fullKey && l.token === token) return l;

@@ -15,8 +15,8 @@ export function checkKey(key: unknown, what = 'key'): string {
 
 /** Rejects anything but a plain object (or undefined) and any option name not in `allowed`. */
 export function checkOptions<T extends object>(opts: unknown, allowed: readonly string[], where: string): Partial<T> {
-  if (opts === undefined || opts === null) return {};
-  if (typeof opts !== 'object' || Array.isArray(opts))
+  if (opts === undefined) return {};
+  if (opts === null || typeof opts !== 'object' || Array.isArray(opts))
     throw new InvalidArgumentError(`${where}: options must be an object`);
   for (const name of Object.keys(opts)) {
     if (!allowed.includes(name)) {

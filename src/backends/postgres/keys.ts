@@ -7,9 +7,7 @@
  */
 import { createHash } from 'node:crypto';
 import { InvalidArgumentError } from '../../errors.js';
-
-/** Longest key, in UTF-8 bytes (the library-wide limit). */
-export const MAX_KEY_BYTES = 1024;
+import { checkKey as checkUserKey, checkOptions as checkOpts } from '../../validate.js';
 
 /** The signed 64-bit advisory lock key for a namespaced key such as `leasehold:order:42`. */
 export function advisoryKey(fullKey: string): bigint {
@@ -25,15 +23,12 @@ export function lockParts(key: bigint): { classid: string; objid: string } {
   return { classid: String(u >> 32n), objid: String(u & 0xffffffffn) };
 }
 
-/** A user key: non-empty string of at most 1,024 UTF-8 bytes, without NUL (Postgres text). */
+/** A user key: the library-wide rule (non-empty, ≤ 1,024 UTF-8 bytes), and no NUL (Postgres text). */
 export function checkKey(key: unknown, name = 'key'): asserts key is string {
-  if (typeof key !== 'string' || key.length === 0) {
-    throw new InvalidArgumentError(`${name} must be a non-empty string, got ${describe(key)}`);
+  checkUserKey(key, name);
+  if ((key as string).includes('\u0000')) {
+    throw new InvalidArgumentError(`${name} must not contain NUL characters (Postgres text)`);
   }
-  const bytes = Buffer.byteLength(key, 'utf8');
-  if (bytes > MAX_KEY_BYTES)
-    throw new InvalidArgumentError(`${name} is ${bytes} UTF-8 bytes; the limit is ${MAX_KEY_BYTES}`);
-  if (key.includes('\u0000')) throw new InvalidArgumentError(`${name} must not contain NUL characters (Postgres text)`);
 }
 
 /** A namespaced key as the engine passes it (already validated there; checked again cheaply). */
@@ -54,18 +49,9 @@ export function quoteIdent(value: unknown, name: string): string {
   return `"${value}"`;
 }
 
-/** Rejects a non-object options argument and unknown option names. */
+/** Rejects a non-object options argument and unknown option names (the library-wide check). */
 export function checkOptions(opts: unknown, allowed: readonly string[], what: string): Record<string, unknown> {
-  if (opts === undefined) return {};
-  if (opts === null || typeof opts !== 'object' || Array.isArray(opts)) {
-    throw new InvalidArgumentError(`${what} options must be an object, got ${describe(opts)}`);
-  }
-  for (const name of Object.keys(opts)) {
-    if (!allowed.includes(name)) {
-      throw new InvalidArgumentError(`${what}: unknown option "${name}" (known: ${allowed.join(', ')})`);
-    }
-  }
-  return opts as Record<string, unknown>;
+  return checkOpts<Record<string, unknown>>(opts, allowed, what);
 }
 
 export function describe(value: unknown): string {

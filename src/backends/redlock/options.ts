@@ -1,6 +1,7 @@
 /** Options of `redlock(clients, opts)`, validated before any I/O. */
 import { type Duration, toMs } from '../../duration.js';
 import { InvalidArgumentError } from '../../errors.js';
+import { checkOptions } from '../../validate.js';
 import { adapt, type RedisAdapter } from '../redis/client.js';
 
 export interface RedlockOptions {
@@ -28,19 +29,10 @@ export interface NodeHandle {
   readonly label: string;
 }
 
-const KNOWN = new Set(['driftFactor', 'driftMs', 'allowFewerThanThree', 'nodeTimeout', 'pollInterval']);
+const KNOWN = ['driftFactor', 'driftMs', 'allowFewerThanThree', 'nodeTimeout', 'pollInterval'];
 
 export function parseOptions(opts: unknown): RedlockConfig & { allowFewerThanThree: boolean } {
-  if (opts === undefined) opts = {};
-  if (opts === null || typeof opts !== 'object' || Array.isArray(opts)) {
-    throw new InvalidArgumentError('redlock: options must be an object');
-  }
-  const o = opts as Record<string, unknown>;
-  for (const name of Object.keys(o)) {
-    if (!KNOWN.has(name)) {
-      throw new InvalidArgumentError(`redlock: unknown option "${name}" (known: ${[...KNOWN].join(', ')})`);
-    }
-  }
+  const o = checkOptions<Record<string, unknown>>(opts, KNOWN, 'redlock');
   const driftFactor = o.driftFactor ?? 0.01;
   if (typeof driftFactor !== 'number' || !Number.isFinite(driftFactor) || driftFactor < 0 || driftFactor >= 1) {
     throw new InvalidArgumentError(`redlock: driftFactor must be a number in [0, 1), got ${String(o.driftFactor)}`);
