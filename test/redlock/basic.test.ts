@@ -83,17 +83,6 @@ describe.each<[Kind, number]>([
     await a.release(k, t);
   });
 
-  it('grants again to the same token, so a retry is not blocked by its own earlier partial grant', async () => {
-    const k = key('retry');
-    const t = token();
-    const first = await a.acquire(k, { token: t, ttlMs: 5_000 });
-    const again = await a.acquire(k, { token: t, ttlMs: 5_000 });
-    expect(first).not.toBeNull();
-    expect(again!.fence > first!.fence).toBe(true);
-    expect(await a.acquire(k, { token: token(), ttlMs: 5_000 })).toBeNull();
-    expect(await a.release(k, t)).toBe(true);
-  });
-
   it('keeps fences exact past 2^53', async () => {
     const k = key('big');
     await Promise.all(cs.map((c) => raw(c, 'SET', `{${k}}:fence`, '9007199254740993')));

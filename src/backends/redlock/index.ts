@@ -61,13 +61,6 @@ class RedlockBackend implements Backend {
   private readonly waiters = new Set<() => void>();
   private readonly health: Health;
   private closed = false;
-  /**
-   * The engine retries with the same token. Per key and token: the number of the latest attempt
-   * that failed (deleted once one succeeds). A straggler of an earlier attempt must not delete
-   * what a later attempt with the same token holds on that node.
-   */
-  private readonly failedAttempts = new Map<string, number>();
-  private attemptSeq = 0;
 
   constructor(
     private readonly nodes: readonly NodeHandle[],
@@ -127,10 +120,6 @@ class RedlockBackend implements Backend {
     const drift = this.drift(ttlMs);
     const start = performance.now();
     const keys = [lockKey(key), fenceKey(key)];
-    const attemptId = `${key}\n${token}`;
-    const attempt = ++this.attemptSeq;
-    // a straggler of this attempt may clean up only while no later attempt of the same token ran
-    const latest = () => this.failedAttempts.get(attemptId) === attempt;
     const r1 = await round(
       this.all,
       (i) => this.one(i, { script: ACQUIRE, keys, args: [token, ttlMs] }).then(parseCounter),
@@ -156,14 +145,10 @@ class RedlockBackend implements Backend {
       void p?.then(async (o) => {
         if (!o.ok || o.value === null) return;
         const f = await final;
-        // a failed attempt's straggler is given back, unless a later attempt of this token runs
-        if (f === null) {
-          if (latest()) await this.releaseOn(i, key, token, true);
-          return;
+        // Past its validity a late grant only blocks others (its PX counts from when it ran).
+        if (f === null || performance.now() - start >= ttlMs - drift) {
+          return void (await this.releaseOn(i, key, token, f === null));
         }
-        // the grant succeeded: the lock on this node is the holder's own (extended or released
-        // with the rest); past the validity there is nothing to join
-        if (performance.now() - start >= ttlMs - drift) return;
         const args = [token, f.toString()];
         await this.one(i, { script: WRITE_FENCE, keys, args }).catch(() => {});
       });
@@ -182,7 +167,6 @@ class RedlockBackend implements Backend {
       const stored = granted.length - behind.length;
       const left = ttlMs - drift - (performance.now() - start);
       if (left > 0 && stored >= q) {
-        this.failedAttempts.delete(attemptId);
         settle(fence);
         return { fence };
       }
@@ -201,7 +185,6 @@ class RedlockBackend implements Backend {
           this.health,
         );
         if (r2.decision && performance.now() - start < ttlMs - drift) {
-          this.failedAttempts.delete(attemptId);
           settle(fence);
           return { fence };
         }
@@ -212,9 +195,6 @@ class RedlockBackend implements Backend {
     }
 
     // Failed: give back every partial grant at once (bounded: a dead node must not hold us up).
-    this.failedAttempts.delete(attemptId); // re-inserted last: the map stays in age order
-    this.failedAttempts.set(attemptId, attempt);
-    if (this.failedAttempts.size > 10_000) this.failedAttempts.delete(this.failedAttempts.keys().next().value!);
     settle(null);
     await Promise.all(granted.map((i) => bounded(this.releaseOn(i, key, token, true), this.cfg.nodeTimeoutMs, false)));
     r1.outcomes.forEach((o, i) => {

@@ -13,20 +13,14 @@ export const channelOf = (key: string) => `{${key}}:released`;
 /**
  * KEYS: lock, fence. ARGV: token, ttlMs. → {1, counter} granted (the node's fence counter,
  * incremented by this grant in the same script as the SET; read back with GET, as Lua numbers
- * are doubles and would round past 2^53), {0} held. A lock this token already holds here (left
- * by an earlier attempt of the same acquire) is granted again, with a fresh PX.
+ * are doubles and would round past 2^53), {0} held.
  */
 export const ACQUIRE = script(`
-local cur = redis.call('GET', KEYS[1])
-if cur == ARGV[1] then
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
-elseif cur then
-  return {0}
-else
-  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  redis.call('INCR', KEYS[2])
+  return {1, redis.call('GET', KEYS[2])}
 end
-redis.call('INCR', KEYS[2])
-return {1, redis.call('GET', KEYS[2])}
+return {0}
 `);
 
 /**
