@@ -1,14 +1,11 @@
 /**
  * Redlock over N independent Redis masters, with fencing tokens that hold across the quorum.
  *
- *   acquire  round 1: SET NX PX + INCR of the fence counter on every node in parallel; each
- *            granting node returns its new counter. Decided as soon as a majority granted (or
- *            cannot): stragglers never delay it. fence = max(counters of the granting nodes).
- *            If a majority of nodes already stores that max (the usual case: counters move in
- *            step), the grant is done in one round. Otherwise round 2 writes it back,
- *            token-checked and only upward, to the granting nodes below it; the grant counts once
- *            a majority stores the fence and the validity ttl − elapsed − drift is still positive
- *            (monotonic clock).
+ *   acquire  round 1: SET NX PX on every node in parallel; each granting node returns its fence
+ *            counter. Decided as soon as a majority granted (or cannot): stragglers never delay it.
+ *            round 2: fence = max(counters of the granting nodes) + 1, written back token-checked
+ *            and only upward to those nodes; the grant counts once a majority stored it and the
+ *            validity ttl − elapsed − drift is still positive (monotonic clock).
  *   extend   every item in one pipelined round per node; true where a majority extended in time.
  *   release  compare-and-delete + PUBLISH on every node; true if a majority still held it.
  *
@@ -161,24 +158,17 @@ class RedlockBackend implements Backend {
         const c = (r1.outcomes[i] as { value: bigint }).value;
         if (c > max) max = c;
       }
-      const fence = max;
-      // nodes whose counter already is the fence: each stored it in the script that granted
-      const behind = granted.filter((i) => (r1.outcomes[i] as { value: bigint }).value < max);
-      const stored = granted.length - behind.length;
+      const fence = max + 1n;
       const left = ttlMs - drift - (performance.now() - start);
-      if (left > 0 && stored >= q) {
-        settle(fence);
-        return { fence };
-      }
       if (left > 0) {
         const r2 = await round(
-          behind,
+          granted,
           (i) => this.one(i, { script: WRITE_FENCE, keys, args: [token, fence.toString()] }),
           Math.min(this.cfg.nodeTimeoutMs, left),
           (outs, pending) => {
             const t = tally(outs, (v) => v === 1);
-            if (stored + t.yes >= q) return true;
-            if (stored + t.yes + pending < q) return false;
+            if (t.yes >= q) return true;
+            if (t.yes + pending < q) return false;
             return undefined;
           },
           this.label,

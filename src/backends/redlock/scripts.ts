@@ -10,15 +10,10 @@ export const lockKey = (key: string) => `{${key}}`;
 export const fenceKey = (key: string) => `{${key}}:fence`;
 export const channelOf = (key: string) => `{${key}}:released`;
 
-/**
- * KEYS: lock, fence. ARGV: token, ttlMs. → {1, counter} granted (the node's fence counter,
- * incremented by this grant in the same script as the SET; read back with GET, as Lua numbers
- * are doubles and would round past 2^53), {0} held.
- */
+/** KEYS: lock, fence. ARGV: token, ttlMs. → {1, counter} granted, {0} held. */
 export const ACQUIRE = script(`
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  redis.call('INCR', KEYS[2])
-  return {1, redis.call('GET', KEYS[2])}
+  return {1, redis.call('GET', KEYS[2]) or '0'}
 end
 return {0}
 `);
