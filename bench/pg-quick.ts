@@ -52,13 +52,18 @@ async function uncontended() {
     await raw.query('SELECT pg_try_advisory_lock($1::int8)', [k]);
     await raw.query('SELECT pg_advisory_unlock($1::int8)', [k]);
   });
-  // the driver's two statements (try-lock + durable fence bump; unlock + NOTIFY), no pool
+  // the driver's two statements (try-lock + epoch fence; unlock, NOTIFY only when attended), no pool
   const s = statements('"public"');
   const full = `leasehold:bench:${run}:raw-driver-sql`;
   const k2 = advisoryKey(full).toString();
-  await loop("raw, the driver's SQL on one connection (fence bump)", async () => {
-    if ((await raw.query(s.acquire, [k2, full])).rowCount !== 1) throw new Error('not granted');
-    await raw.query(s.release, [k2, 'leasehold']);
+  const pid = String((await raw.query('SELECT pg_backend_pid() AS pid')).rows[0].pid);
+  await raw.query(s.bumpEpoch);
+  const acq = { name: 'lh_quick_acquire', text: s.acquire };
+  const rel = { name: 'lh_quick_release', text: s.release };
+  await loop("raw, the driver's SQL on one connection (prepared, epoch fence)", async () => {
+    const r = await raw.query({ ...acq, values: [k2, full, null, 'leasehold', pid, 'false'] });
+    if (r.rows[0]?.r !== 'got') throw new Error('not granted');
+    await raw.query({ ...rel, values: [k2, 'leasehold', full] });
   });
   await raw.end();
 

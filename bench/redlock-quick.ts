@@ -137,12 +137,12 @@ async function stalled(rounds: number) {
 }
 
 async function main() {
-  const single = redis((await connect(PORTS.slice(0, 1)))[0]);
+  const single = redis((await connect(PORTS.slice(0, 1)))[0]!);
   const subjects: Subject[] = [
     driver('leasehold redis() driver, 1 node', single),
     driver('leasehold redlock() driver, 3 nodes', redlock(await connect(PORTS.slice(0, 3)))),
     driver('leasehold redlock() driver, 5 nodes', redlock(await connect(PORTS))),
-    locks('leasehold redis() via tryAcquire/release, 1 node', redis((await connect(PORTS.slice(0, 1)))[0])),
+    locks('leasehold redis() via tryAcquire/release, 1 node', redis((await connect(PORTS.slice(0, 1)))[0]!)),
     locks('leasehold redlock() via tryAcquire/release, 3 nodes', redlock(await connect(PORTS.slice(0, 3)))),
     locks('leasehold redlock() via tryAcquire/release, 5 nodes', redlock(await connect(PORTS))),
     sesamecare('@sesamecare-oss/redlock, 1 node', await connect(PORTS.slice(0, 1))),

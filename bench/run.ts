@@ -1,5 +1,5 @@
 /**
- * leasehold benchmark harness: `npx tsx bench/run.ts [--quick] [--only=uncontended,contended,redlock,scale,postgres]`
+ * leasehold benchmark harness: `npx tsx bench/run.ts [--quick] [--only=uncontended,contended,redlock,scale,postgres,zookeeper,etcd]`
  *
  * Measures, in one invocation on the local servers, leasehold against the raw floor and the
  * peer libraries, and writes bench/results/<date>-<host>.{json,md} and contended-wait.svg
@@ -13,6 +13,7 @@ import { cpus, hostname, loadavg } from 'node:os';
 import { fileURLToPath } from 'node:url';
 import { ioredis, pgClient, quit } from './lib/clients.js';
 import type { Ctx } from './lib/ctx.js';
+import { SOURCE_LABEL } from './lib/leasehold.js';
 import { installCleanup, ping, runCleanup } from './lib/procs.js';
 import { errText, now, within } from './lib/stats.js';
 import { goals } from './report/goals.js';
@@ -20,13 +21,15 @@ import { markdown } from './report/markdown.js';
 import { waitChart } from './report/svg.js';
 import type { Meta, Results } from './report/types.js';
 import { contended, contendedOptions, type ContendedPlan } from './sections/contended.js';
+import { etcdReady, etcdSection } from './sections/etcd.js';
 import { postgresReady, postgresSection, purgePostgres } from './sections/postgres.js';
 import { redlockSection, SHARED } from './sections/redlock.js';
 import { scale } from './sections/scale.js';
 import { uncontended } from './sections/uncontended.js';
+import { zookeeperReady, zookeeperSection } from './sections/zookeeper.js';
 import { semaphoreOptions, sesamecareSettings } from './lib/subjects.js';
 
-const SECTIONS = ['uncontended', 'contended', 'redlock', 'scale', 'postgres'] as const;
+const SECTIONS = ['uncontended', 'contended', 'redlock', 'scale', 'postgres', 'zookeeper', 'etcd'] as const;
 type Section = (typeof SECTIONS)[number];
 
 const RESULTS = fileURLToPath(new URL('./results/', import.meta.url));
@@ -132,7 +135,7 @@ async function main(): Promise<number> {
   const meta: Meta = {
     date: localDate(started),
     host: hostname(),
-    command: `npx tsx bench/run.ts${quick ? ' --quick' : ''}`,
+    command: quick ? 'npx tsx bench/run.ts --quick' : 'npm run bench',
     quick,
     node: process.version,
     platform: `${process.platform}-${process.arch}`,
@@ -142,7 +145,9 @@ async function main(): Promise<number> {
     redisVersion: versions.redis,
     postgresVersion: versions.pg,
     packages: Object.fromEntries(
-      ['ioredis', 'redis', 'pg', '@sesamecare-oss/redlock', 'redis-semaphore', 'tsx'].map((p) => [p, version(p)]),
+      ['ioredis', 'redis', 'pg', '@sesamecare-oss/redlock', 'redis-semaphore', 'better-sqlite3', 'etcd3', 'tsx'].map(
+        (p) => [p, version(p)],
+      ),
     ),
     startedAt: started.toISOString(),
     durationMs: 0,
@@ -153,11 +158,14 @@ async function main(): Promise<number> {
       },
     ],
     settings: {
-      leasehold: 'ttl 30 s (contended: 5 s), wait 5 s (contended: the run deadline), renew on (ttl/3); push wake-ups',
+      leasehold: `${SOURCE_LABEL}; ttl 30 s (contended: 5 s), wait 5 s (contended: the run deadline), renew on (ttl/3); push wake-ups`,
       '@sesamecare-oss/redlock': `${JSON.stringify(sesamecareSettings(5000))} when waiting (retryCount = wait / retryDelay), default retryCount 10 uncontended; duration = ttl`,
       'redis-semaphore': `${JSON.stringify({ ...semaphoreOptions({ ttlMs: 30_000, waitMs: 5_000 }), onLockLost: undefined })} (defaults; refreshInterval 0.8 × lockTimeout); a new Mutex per acquire`,
+      sqlite:
+        'leasehold sqlite(): a temporary database file per run, WAL, synchronous NORMAL, pollInterval 20 ms (the queue head polls every 1 ms); raw SQLite: BEGIN IMMEDIATE held for the critical section, busy_timeout 5 s',
       'raw floor':
         'ioredis SET key token NX PX ttl + EVALSHA compare-and-delete (2 round trips); Postgres: pg_try_advisory_lock / pg_advisory_unlock on one pg.Client',
+      etcd: 'leasehold etcd(client): one etcd3 client per process, leaseTtl 10 s; raw floor: etcd3 kv.put + kv.deleteRange of one key (2 round trips, 2 raft commits)',
       contended: `${co.workers} forked processes (tsx), each its own connection; ${co.grants} grants in total (an equal share per process), critical section = setTimeout(${co.csMs})`,
     },
   };
@@ -178,16 +186,37 @@ async function main(): Promise<number> {
 
   const pgReady = only.has('postgres') ? await postgresReady(ctx) : null;
   if (pgReady && !pgReady.ready) log(`leasehold postgres() not measured: ${pgReady.reason}`);
+  const zkReady = only.has('zookeeper') ? await zookeeperReady() : null;
+  if (zkReady) {
+    log(`ZooKeeper at 127.0.0.1:2181 not measured: ${zkReady}`);
+    results.errors.push({ section: 'zookeeper', error: zkReady });
+  }
+  const etcdUp = only.has('etcd') ? await etcdReady(ctx) : null;
+  if (etcdUp && !etcdUp.ready) results.errors.push({ section: 'etcd', error: etcdUp.reason });
 
   results.uncontended = await section('uncontended', () => uncontended(ctx));
   const plans: ContendedPlan[] = [
     { lib: 'leasehold', name: 'leasehold (redis)', config: 'push wake-up, fair queue' },
     { lib: 'sesamecare', name: '@sesamecare-oss/redlock', config: 'polls 200 ± 100 ms' },
     { lib: 'semaphore', name: 'redis-semaphore Mutex', config: 'polls every 10 ms' },
+    {
+      lib: 'fair-raw',
+      name: 'raw fair hand-off (diagnostic floor)',
+      config: 'a turn passed round-robin: RPUSH to the next BLPOP',
+    },
+    { lib: 'leasehold-sqlite', name: 'leasehold (sqlite)', config: 'data_version polling, fair queue, one host' },
+    { lib: 'sqlite-raw', name: 'raw SQLite BEGIN IMMEDIATE', config: "SQLite's busy handler, one host" },
   ];
   if (pgReady?.ready) {
     plans.push({ lib: 'pg-raw', name: 'raw pg_advisory_lock (floor)', config: 'blocks in the server' });
-    plans.push({ lib: 'leasehold-pg', name: 'leasehold (postgres)', config: 'NOTIFY wake-up' });
+    plans.push({
+      lib: 'leasehold-pg',
+      name: 'leasehold (postgres)',
+      config: "the server's lock queue (FIFO, one wake-up)",
+    });
+  }
+  if (only.has('zookeeper') && zkReady === null) {
+    plans.push({ lib: 'leasehold-zk', name: 'leasehold (zookeeper)', config: 'predecessor watch, fair by sequence' });
   }
   results.contended = await section('contended', () => contended(ctx, plans, co));
   results.redlock = await section('redlock', () => redlockSection(ctx));
@@ -195,6 +224,10 @@ async function main(): Promise<number> {
     results.errors.push({ section: 'redlock stall', error: results.redlock.stall.error });
   results.scale = await section('scale', () => scale(ctx));
   if (pgReady) results.postgres = await section('postgres', () => postgresSection(ctx, pgReady));
+  if (zkReady === null) results.zookeeper = await section('zookeeper', () => zookeeperSection(ctx));
+  if (results.zookeeper?.error) results.errors.push({ section: 'zookeeper', error: results.zookeeper.error });
+  if (etcdUp?.ready) results.etcd = await section('etcd', () => etcdSection(ctx, etcdUp.version, co));
+  if (results.etcd?.error) results.errors.push({ section: 'etcd', error: results.etcd.error });
   for (const f of results.scale?.failures ?? []) results.errors.push({ section: `scale ${f.lib}`, error: f.error });
   for (const f of results.contended?.failures ?? [])
     results.errors.push({ section: `contended ${f.name}`, error: f.error });

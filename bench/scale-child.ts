@@ -3,18 +3,19 @@
  * by bench/run.ts with --expose-gc). Reports renewal traffic (Redis-side command counts and
  * client-side round trips), client CPU and heap over IPC.
  */
-import { writeFileSync } from 'node:fs';
+import { mkdirSync, writeFileSync } from 'node:fs';
 import { Session } from 'node:inspector/promises';
 import { join } from 'node:path';
-import type { Redis } from 'ioredis';
+import { Cluster, type Redis } from 'ioredis';
 import { Mutex } from 'redis-semaphore';
-import { redis } from '../src/backends/redis/index.js';
-import { createLocks, type Lease } from '../src/index.js';
+import type { Lease } from '../src/index.js';
+import { createLocks, redis } from './lib/leasehold.js';
 import { ioredis, quit } from './lib/clients.js';
 import { errText, now, round, sleep } from './lib/stats.js';
 
 export interface ScaleSpec {
-  lib: 'leasehold' | 'redis-semaphore';
+  /** leasehold-session: `redis(client, { session: true })` (one session key renewed per tick) */
+  lib: 'leasehold' | 'leasehold-session' | 'redis-semaphore' | 'leasehold-cluster';
   n: number;
   windowMs: number;
   ttlMs: number;
@@ -46,7 +47,124 @@ export interface ScaleResult {
   rssMB: number;
   lost: number;
   releaseAllMs: number;
+  /** Redis Cluster row: masters the leases spread over; round trips per tick are then per node */
+  nodes?: number;
   error?: string;
+}
+
+/** The services' Redis Cluster (scripts/services.d/cluster.sh); LEASEHOLD_CLUSTER_NODES moves it. */
+const CLUSTER_NODES = (process.env.LEASEHOLD_CLUSTER_NODES ?? '127.0.0.1:7301,127.0.0.1:7302,127.0.0.1:7303')
+  .split(',')
+  .map((hp) => ({ host: hp.split(':')[0]!, port: Number(hp.split(':')[1]) }));
+
+/** leasehold on Redis Cluster: `n` leases under their own prefix, renewal round trips counted per node. */
+async function runCluster(spec: ScaleSpec): Promise<ScaleResult> {
+  const client = new Cluster(CLUSTER_NODES, { lazyConnect: true, redisOptions: { maxRetriesPerRequest: 1 } });
+  client.on('error', () => {});
+  await client.connect();
+  const masters = () => client.nodes('master');
+  const prefix = `lh-bench-${process.pid}-${Date.now()}`;
+  const stats = async () => {
+    const all = await Promise.all(masters().map((m) => info(m)));
+    return { commands: all.reduce((a, x) => a + x.commands, 0), cpu: all.reduce((a, x) => a + x.cpu, 0) };
+  };
+  // a round trip is one pipeline or one script sent alone, on a master's own connection (the
+  // per-node fast path) or through the cluster client (per-slot calls, resent after MOVED/ASK)
+  let trips = 0;
+  let items = 0;
+  for (const who of [client, ...masters()] as any[]) {
+    for (const m of ['pipeline', 'evalsha', 'eval']) {
+      const orig = who[m];
+      who[m] = (...a: unknown[]) => (trips++, orig.apply(who, a));
+    }
+  }
+  const backend = redis(client);
+  const extend = backend.extend.bind(backend);
+  backend.extend = (batch) => ((items += batch.length), extend(batch));
+  const locks = createLocks(backend, { ttl: spec.ttlMs, prefix });
+  const renewEveryMs = Math.floor(spec.ttlMs / 3);
+  gc();
+  const heapBefore = process.memoryUsage().heapUsed;
+  const t0 = now();
+  const leases: Lease[] = new Array<Lease>(spec.n);
+  // acquiring is not what is measured: fewer in flight than on one node, and a timed-out acquire
+  // (a loaded machine) is tried again
+  await pool(spec.n, 64, async (i) => {
+    for (let attempt = 1; ; attempt++) {
+      try {
+        leases[i] = await locks.acquire(`scale:${i}`, { wait: 10_000 });
+        return;
+      } catch (e) {
+        if (attempt >= 3) throw e;
+      }
+    }
+  });
+  const acquireAllMs = now() - t0;
+  await sleep(renewEveryMs + 200);
+  gc();
+  const heapHeld = process.memoryUsage().heapUsed;
+  const before = await stats();
+  trips = 0;
+  items = 0;
+  const cpu0 = process.cpuUsage();
+  const w0 = now();
+  let heapPeak = 0;
+  while (now() - w0 < spec.windowMs) {
+    await sleep(Math.min(250, spec.windowMs - (now() - w0)));
+    heapPeak = Math.max(heapPeak, process.memoryUsage().heapUsed);
+  }
+  const cpu = process.cpuUsage(cpu0);
+  const windowMs = now() - w0;
+  const after = await stats();
+  const rt = trips;
+  const renewed = items;
+  const lost = leases.filter((l) => !l.held).length;
+  const rss = process.memoryUsage().rss;
+  const r0 = now();
+  // not measured: 64 at a time, and a release that times out on a loaded machine is left to expire
+  await pool(spec.n, 64, (i) =>
+    leases[i]!.release().then(
+      () => {},
+      () => {},
+    ),
+  );
+  await locks.close();
+  const releaseAllMs = now() - r0;
+  // the fence counters outlive the leases: the shared cluster gets its keys back
+  for (const m of masters()) {
+    let cursor = '0';
+    do {
+      const [next, keys] = await m.scan(cursor, 'MATCH', `{${prefix}:*`, 'COUNT', 1000);
+      cursor = next;
+      if (keys.length) await m.pipeline(keys.map((k) => ['unlink', k])).exec(); // one slot per command
+    } while (cursor !== '0');
+  }
+  const nodes = masters().length;
+  client.disconnect();
+  const sec = windowMs / 1000;
+  const ticks = windowMs / renewEveryMs;
+  return {
+    lib: spec.lib,
+    n: spec.n,
+    ttlMs: spec.ttlMs,
+    renewEveryMs,
+    acquireAllMs: Math.round(acquireAllMs),
+    windowMs: Math.round(windowMs),
+    // each master's closing INFO pair is 2 of its counted commands
+    redisCommandsPerSec: Math.round((after.commands - before.commands - 2 * nodes) / sec),
+    redisCpuPct: round(((after.cpu - before.cpu) / sec) * 100),
+    roundTripsPerSec: round(rt / sec),
+    roundTripsPerTick: round(rt / ticks / nodes),
+    renewalsPerSec: Math.round(renewed / sec),
+    clientCpuPct: round(((cpu.user + cpu.system) / 1000 / windowMs) * 100),
+    heapBeforeMB: mb(heapBefore),
+    heapHeldMB: mb(heapHeld),
+    heapPeakMB: mb(heapPeak),
+    rssMB: mb(rss),
+    lost,
+    releaseAllMs: Math.round(releaseAllMs),
+    nodes,
+  };
 }
 
 /**
@@ -56,6 +174,7 @@ export interface ScaleResult {
 async function profiler(lib: string): Promise<() => Promise<void>> {
   const dir = process.env.LEASEHOLD_BENCH_PROFILE;
   if (!dir) return async () => {};
+  mkdirSync(dir, { recursive: true });
   const session = new Session();
   session.connect();
   await session.post('Profiler.enable');
@@ -90,6 +209,7 @@ async function pool(n: number, width: number, f: (i: number) => Promise<void>): 
 }
 
 async function run(spec: ScaleSpec): Promise<ScaleResult> {
+  if (spec.lib === 'leasehold-cluster') return runCluster(spec);
   const admin = await ioredis(spec.port);
   const client = await ioredis(spec.port);
   await admin.flushall();
@@ -102,14 +222,23 @@ async function run(spec: ScaleSpec): Promise<ScaleResult> {
   gc();
   const heapBefore = process.memoryUsage().heapUsed;
   const t0 = now();
-  if (spec.lib === 'leasehold') {
-    const backend = redis(client);
+  if (spec.lib === 'leasehold' || spec.lib === 'leasehold-session') {
+    const backend = redis(client, { session: spec.lib === 'leasehold-session' });
     const extend = backend.extend.bind(backend);
     backend.extend = (batch) => {
       calls++;
       items += batch.length;
       return extend(batch);
     };
+    const renewSessions = backend.renewSessions?.bind(backend);
+    // session mode: one pipeline per tick renews the session key (renewals/s counts sessions)
+    if (renewSessions) {
+      (backend as { renewSessions: typeof renewSessions }).renewSessions = (ids) => {
+        calls++;
+        items += ids.length;
+        return renewSessions(ids);
+      };
+    }
     const locks = createLocks(backend, { ttl: spec.ttlMs });
     renewEveryMs = Math.floor(spec.ttlMs / 3);
     const leases: Lease[] = new Array<Lease>(spec.n);
@@ -118,7 +247,8 @@ async function run(spec: ScaleSpec): Promise<ScaleResult> {
     });
     countLost = () => leases.filter((l) => !l.held).length;
     releaseAll = async () => {
-      await Promise.all(leases.map((l) => l.release()));
+      // not measured: 256 at a time (100,000 at once would outwait opTimeout on a loaded machine)
+      await pool(spec.n, 256, (i) => leases[i]!.release().then(() => {}));
       await locks.close();
     };
   } else {

@@ -6,18 +6,30 @@
  * Protocol: parent → {type:'setup', spec} → 'ready' | 'failed'; {type:'go'} → 'done' (result);
  * {type:'teardown'} → 'closed'. The worker exits when the parent disconnects.
  */
-import { redis } from '../src/backends/redis/index.js';
-import { ioredis, loadPostgres, pgClient, pgPool, quit } from './lib/clients.js';
+import { etcd, redis, sqlite } from './lib/leasehold.js';
+import { etcdClient, ioredis, loadPostgres, pgClient, pgPool, quit } from './lib/clients.js';
 import { epochNow, errText, now, sleep } from './lib/stats.js';
 import {
+  fairFloorSubject,
   leaseholdSubject,
   pgRawSubject,
   semaphoreMutexSubject,
   sesamecareSubject,
+  sqliteRawSubject,
   type Subject,
 } from './lib/subjects.js';
 
-export type WorkerLib = 'leasehold' | 'sesamecare' | 'semaphore' | 'pg-raw' | 'leasehold-pg';
+export type WorkerLib =
+  | 'leasehold'
+  | 'sesamecare'
+  | 'semaphore'
+  | 'pg-raw'
+  | 'leasehold-pg'
+  | 'leasehold-sqlite'
+  | 'sqlite-raw'
+  | 'leasehold-zk'
+  | 'leasehold-etcd'
+  | 'fair-raw';
 
 export interface WorkerSpec {
   lib: WorkerLib;
@@ -30,6 +42,10 @@ export interface WorkerSpec {
   ttlMs: number;
   waitMs: number;
   redisPort: number;
+  /** How many workers share the key (the fair floor passes its turn round-robin). */
+  workers: number;
+  /** The SQLite libraries: the database file (one per run). */
+  sqlitePath?: string;
 }
 
 export interface WorkerResult {
@@ -59,7 +75,21 @@ let commands: number | null = null;
 let subject: Subject | null = null;
 const closers: Array<() => Promise<unknown>> = [];
 
-const send = (m: FromWorker) => process.send?.(m);
+// the parent may already have given up on this worker and closed the channel: a late message is
+// dropped (the callback receives the EPIPE instead of an 'error' event that would crash the worker)
+const send = (m: FromWorker) => {
+  if (process.connected) process.send?.(m, undefined, undefined, () => {});
+};
+
+/** Counts every command sent on `c` into `commands`. */
+function counted(c: Awaited<ReturnType<typeof ioredis>>): void {
+  const send = c.sendCommand.bind(c);
+  commands = 0;
+  c.sendCommand = ((...a: Parameters<typeof send>) => {
+    if (commands !== null) commands++;
+    return send(...a);
+  }) as typeof c.sendCommand;
+}
 
 async function setup(s: WorkerSpec): Promise<void> {
   spec = s;
@@ -67,28 +97,48 @@ async function setup(s: WorkerSpec): Promise<void> {
   switch (s.lib) {
     case 'leasehold':
     case 'sesamecare':
-    case 'semaphore': {
+    case 'semaphore':
+    case 'fair-raw': {
       const c = await ioredis(s.redisPort);
       closers.push(() => quit(c));
       // count every command sent on this connection (the subscriber connection only receives)
-      const send = c.sendCommand.bind(c);
-      commands = 0;
-      c.sendCommand = ((...a: Parameters<typeof send>) => {
-        if (commands !== null) commands++;
-        return send(...a);
-      }) as typeof c.sendCommand;
-      subject =
-        s.lib === 'leasehold'
-          ? leaseholdSubject('leasehold', redis(c), times)
-          : s.lib === 'sesamecare'
-            ? sesamecareSubject('sesamecare', [c], times, true)
-            : semaphoreMutexSubject('semaphore', c, times);
+      counted(c);
+      if (s.lib === 'fair-raw') {
+        const blocking = await ioredis(s.redisPort);
+        closers.push(async () => blocking.disconnect());
+        counted(blocking);
+        if (s.index === 0) await c.rpush(`${s.key}:turn:0`, '1'); // the first turn is worker 0's
+        subject = fairFloorSubject(c, blocking, s.index, s.workers, s.waitMs);
+      } else
+        subject =
+          s.lib === 'leasehold'
+            ? leaseholdSubject('leasehold', redis(c), times)
+            : s.lib === 'sesamecare'
+              ? sesamecareSubject('sesamecare', [c], times, true)
+              : semaphoreMutexSubject('semaphore', c, times);
       break;
     }
     case 'pg-raw': {
       const c = await pgClient();
       closers.push(() => c.end());
       subject = pgRawSubject(c, 'block');
+      break;
+    }
+    case 'leasehold-sqlite':
+      subject = leaseholdSubject('leasehold-sqlite', sqlite(s.sqlitePath!), times);
+      break;
+    case 'sqlite-raw':
+      subject = sqliteRawSubject(s.sqlitePath!);
+      break;
+    case 'leasehold-zk': {
+      const { zkBackend } = await import('./sections/zookeeper.js');
+      subject = leaseholdSubject('leasehold-zk', await zkBackend(), times);
+      break;
+    }
+    case 'leasehold-etcd': {
+      const c = await etcdClient();
+      closers.push(async () => c.close());
+      subject = leaseholdSubject('leasehold-etcd', etcd(c), times);
       break;
     }
     case 'leasehold-pg': {
@@ -102,8 +152,9 @@ async function setup(s: WorkerSpec): Promise<void> {
   }
   const s2 = subject!;
   closers.push(() => s2.close());
-  // warm-up on a private key: scripts loaded, connections open, JIT past the first call
-  for (let i = 0; i < 20; i++) await (await s2.acquire(`${s.key}:warm:${s.index}`)).release();
+  // warm-up on a private key: scripts loaded, connections open, JIT past the first call (the
+  // fair floor's turns form a ring: it warms up on its connections' round trips only)
+  if (s.lib !== 'fair-raw') for (let i = 0; i < 20; i++) await (await s2.acquire(`${s.key}:warm:${s.index}`)).release();
 }
 
 async function go(): Promise<WorkerResult> {

@@ -3,10 +3,11 @@
  *   1. four workers contend for one key; each grant carries a larger fence;
  *   2. a holder is paused past its TTL (a GC pause, SIGSTOP): its signal fires, another worker
  *      takes over, and the resource rejects the paused holder's late, stale write.
- * Run: bash scripts/demo.sh
+ * Run: npx tsx examples/demo.ts   (`bash scripts/demo.sh` runs `leasehold demo`: the same story with real
+ * processes on the embedded SQLite backend)
  */
-import { createLocks, FenceGate, StaleFenceError } from '../src/index.js';
-import { memory, MemoryStore } from '../src/backends/memory/index.js';
+import { createLocks, FenceGate, StaleFenceError } from 'leasehold';
+import { memory, MemoryStore } from 'leasehold/memory';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const store = new MemoryStore(); // what a server would hold; each worker has its own Locks

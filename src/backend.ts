@@ -20,11 +20,39 @@ export interface AcquireRequest {
   readonly queue?: boolean;
   /** Holder value (election candidates), stored beside the lock when `capabilities.value`. */
   readonly value?: string;
+  /**
+   * The engine renews this lease until it is released. A backend with `renewSessions` may then
+   * hang the lease off a session of its own (its Grant names it) instead of giving it its own
+   * expiry; a lease that is not renewed always keeps its own expiry (`ttlMs`, even after a crash).
+   */
+  readonly renew?: boolean;
 }
 
 export interface Grant {
   /** Fencing token: strictly greater than every earlier grant's fence for this key. */
   readonly fence: bigint;
+  /**
+   * The backend session this lease hangs off (only for a request with `renew`, from a backend
+   * with `renewSessions`): the lease is held while that session lives, and the engine renews the
+   * session (one call for all of its leases) rather than the lease. Every lease of one session
+   * has the same TTL; the session's expiry is at least each grant's `ttlMs` after it was sent.
+   */
+  readonly session?: string;
+  /**
+   * Monotonic time (`performance.now()`) before which the server's hold of this grant cannot
+   * lapse, when that is sooner than the request's TTL counted from its send time: a lock handed
+   * over by a release with a short claim, taken without a round trip. The engine renews such a
+   * lease (only with `renew`) before half of what is left has passed; that renewal gives it its TTL.
+   */
+  readonly expiresAt?: number;
+}
+
+/** What renewing one session found. */
+export interface SessionRenewal {
+  /** False: the session lapsed (or was ended); every lease hanging off it is lost. */
+  readonly ok: boolean;
+  /** Tokens of this session's leases that are no longer held although the session lives (broken by an admin). */
+  readonly lost: readonly string[];
 }
 
 export interface ExtendItem {
@@ -78,8 +106,21 @@ export interface Backend {
    * false means the lease is no longer this token's (expired, deleted, overwritten).
    */
   extend(items: readonly ExtendItem[]): Promise<boolean[]>;
+  /**
+   * Renews sessions named by grants (`Grant.session`), all in one round trip: each to its own
+   * TTL. A session that is not renewed lapses, and its leases are free. A lease that is later
+   * `extend`ed by itself leaves its session (it gets its own expiry).
+   */
+  renewSessions?(sessions: readonly string[]): Promise<SessionRenewal[]>;
   /** Token-checked release; wakes waiters. False if the lock was not (or no longer) this token's. */
   release(key: string, token: string): Promise<boolean>;
+  /**
+   * Keeps a held lock for `ms` more after its holder is done (runExclusive's `lockAtLeastFor`),
+   * in stored state with an expiry that outlives the holder's process and session, and lets go
+   * of the live lock. For session backends, whose locks end with the session; others extend.
+   * False if the lock was no longer `token`'s. The engine then forgets the lease.
+   */
+  keep?(key: string, token: string, ms: number): Promise<boolean>;
   /** Removes `token` from the key's arrival queue (a waiter that gave up). Fair backends only. */
   leave?(key: string, token: string): Promise<void>;
   /**
@@ -88,6 +129,25 @@ export interface Backend {
    */
   waitForChange?(key: string, signal: AbortSignal, maxMs: number): Promise<void>;
   inspect?(key: string): Promise<LockInfo | null>;
+  /**
+   * The locks held under a full-key prefix (e.g. `leasehold:` or `leasehold:order:`), each as
+   * `inspect` would show it (never a token). For `leasehold status`; order is unspecified.
+   */
+  list?(prefix: string): AsyncIterable<LockInfo>;
+  /**
+   * Calls `onChange` whenever the holder of `key` may have changed: granted, released, taken
+   * over, or lost with its session. Push only (pub/sub, NOTIFY, watch, in-process event); an
+   * expiry with no event is found by the caller's own bounded re-check. Resolves once the watch
+   * is in place (so no change after it resolves is missed); the returned function ends it.
+   * Used by `Election.observe()`; spurious calls are allowed, missed ones are not.
+   */
+  watch?(key: string, onChange: () => void): Promise<() => void>;
+  /**
+   * Administrative break (`leasehold release --force`): frees `key` whoever holds it and wakes
+   * its waiters. Resolves what it broke, as `inspect` showed it, or null when nothing was held.
+   * The holder finds out at its next renewal (its lease is lost); fences are never reissued.
+   */
+  forceRelease?(key: string): Promise<LockInfo | null>;
   /** Session backends report a lost session for the leases it held. */
   onLost?(cb: LostCallback): void;
   results?: ResultStore;

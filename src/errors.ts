@@ -8,6 +8,13 @@ export class LeaseholdError extends Error {
   }
 }
 
+/** The Locks (or backend) was closed: a call in flight, or made after `close()`. */
+export class ClosedError extends LeaseholdError {
+  constructor(message = 'this Locks instance is closed') {
+    super('LEASEHOLD_CLOSED', message);
+  }
+}
+
 /** A bad argument, rejected before any I/O. */
 export class InvalidArgumentError extends LeaseholdError {
   constructor(message: string) {
@@ -19,8 +26,14 @@ export class InvalidArgumentError extends LeaseholdError {
 export class LockTimeoutError extends LeaseholdError {
   readonly key: string;
   readonly waitedMs: number;
-  constructor(key: string, waitedMs: number) {
-    super('LEASEHOLD_LOCK_TIMEOUT', `could not acquire "${key}" within ${Math.round(waitedMs)}ms`);
+  /** `cause`: why the last attempt failed, when it was not simply "held" (e.g. a QuorumError). */
+  constructor(key: string, waitedMs: number, options?: { cause?: unknown }) {
+    super(
+      'LEASEHOLD_LOCK_TIMEOUT',
+      `could not acquire "${key}" within ${Math.round(waitedMs)}ms` +
+        (options?.cause instanceof Error ? ` (last attempt: ${options.cause.message})` : ''),
+      options,
+    );
     this.key = key;
     this.waitedMs = waitedMs;
   }

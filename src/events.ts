@@ -2,7 +2,8 @@
  * Instrumentation through node:diagnostics_channel. The library never logs; subscribe with
  * `diagnostics_channel.subscribe('leasehold:acquire', fn)`. Messages never carry a token.
  */
-import diagnostics from 'node:diagnostics_channel';
+// a named import: a default import would need esModuleInterop in users' CommonJS projects
+import { channel, type Channel } from 'node:diagnostics_channel';
 
 export interface AcquireEvent {
   backend: string;
@@ -41,14 +42,34 @@ export interface WaitEvent {
   outcome?: 'acquired' | 'timeout' | 'aborted' | 'error';
 }
 
+/**
+ * A configuration that works but is likely to hurt (the library never logs it itself).
+ * `LEASEHOLD_SMALL_TTL`: a renewed lease whose TTL is below `MIN_RENEWABLE_TTL_MS`.
+ */
+export interface WarningEvent {
+  code: string;
+  message: string;
+  /** The key (as the caller named it) when the warning is about one call. */
+  key?: string;
+  ttlMs?: number;
+}
+
 export const channels = {
-  acquire: diagnostics.channel('leasehold:acquire'),
-  release: diagnostics.channel('leasehold:release'),
-  extend: diagnostics.channel('leasehold:extend'),
-  lost: diagnostics.channel('leasehold:lost'),
-  wait: diagnostics.channel('leasehold:wait'),
+  acquire: channel('leasehold:acquire'),
+  release: channel('leasehold:release'),
+  extend: channel('leasehold:extend'),
+  lost: channel('leasehold:lost'),
+  wait: channel('leasehold:wait'),
+  warning: channel('leasehold:warning'),
 };
 
-export function emit(channel: diagnostics.Channel, message: object): void {
-  if (channel.hasSubscribers) channel.publish(message);
+export function emit(ch: Channel, message: object): void {
+  if (ch.hasSubscribers) ch.publish(message);
+}
+
+/** Publishes a warning; false when nobody listens (so a caller may say it again later). */
+export function warn(event: WarningEvent): boolean {
+  if (!channels.warning.hasSubscribers) return false;
+  channels.warning.publish(event);
+  return true;
 }

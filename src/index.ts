@@ -1,4 +1,4 @@
-export { createLocks, ClosedError } from './locks.js';
+export { createLocks } from './locks.js';
 export type {
   Locks,
   LocksOptions,
@@ -19,10 +19,11 @@ export type {
   ResultStore,
 } from './backend.js';
 export type { LockInfo as BackendLockInfo } from './backend.js';
-export { toMs, MAX_DURATION_MS, type Duration } from './duration.js';
+export { toMs, MAX_DURATION_MS, MIN_RENEWABLE_TTL_MS, type Duration } from './duration.js';
 export { MAX_KEY_BYTES } from './validate.js';
 export {
   LeaseholdError,
+  ClosedError,
   InvalidArgumentError,
   LockTimeoutError,
   LeaseLostError,
@@ -33,10 +34,10 @@ export {
   NotLeaderError,
 } from './errors.js';
 export type { Election, ElectOptions, LeaderInfo, Term } from './recipes/election.js';
-export type { IdempotentOptions } from './recipes/idempotency.js';
+export { UnserializableError, type IdempotentOptions } from './recipes/idempotency.js';
 export { fromUrl, redactUrl } from './url.js';
 export { withOptimisticRetry, type OptimisticRetryOptions } from './recipes/optimistic.js';
 export { FenceGate } from './fencing/gate.js';
 export { channels } from './events.js';
-export type { AcquireEvent, ReleaseEvent, ExtendEvent, LostEvent, WaitEvent } from './events.js';
+export type { AcquireEvent, ReleaseEvent, ExtendEvent, LostEvent, WaitEvent, WarningEvent } from './events.js';
 export type { RetryOptions } from './wait.js';

@@ -3,33 +3,118 @@
  * all leases that are due (leases due within half an interval are renewed together), never a
  * timer per lease. A refused renewal marks the lease lost; a failed one is retried until the
  * lease's own monotonic deadline passes, and then it is lost.
+ *
+ * A hung client cannot hold renewal up: a lease is marked lost at its deadline even while its
+ * renewal is still in flight (the timer fires at the deadline of every lease, renewing or not),
+ * and at most one renewal call is in flight per Locks: the next is sent when it settles, or once
+ * it is given up after `opTimeout` — so calls never pile up on a client that stopped answering.
  */
 import type { Backend } from './backend.js';
+import type { Calls } from './calls.js';
 import { channels, emit } from './events.js';
-import type { LeaseImpl } from './lease.js';
+import { driftMs, type LeaseGroup, type LeaseImpl } from './lease.js';
 import { now } from './wait.js';
+
+/**
+ * The leases that hang off one backend session (Grant.session): renewed by one
+ * `renewSessions` entry for all of them, never one by one; lost together when it lapses.
+ */
+class Group implements LeaseGroup {
+  readonly leases = new Map<string, LeaseImpl>(); // token → lease
+  expiresAt = -Infinity;
+  nextRenewAt = Infinity;
+  renewing = false;
+  constructor(
+    readonly id: string,
+    readonly ttlMs: number,
+  ) {}
+  get renewInterval(): number {
+    return Math.max(1, Math.floor(this.ttlMs / 3));
+  }
+  /** The session's expiry was set to its TTL by a call sent at `sentAt`. */
+  renewed(sentAt: number): void {
+    this.expiresAt = Math.max(this.expiresAt, sentAt + this.ttlMs - driftMs(this.ttlMs));
+    this.nextRenewAt = Math.min(this.nextRenewAt, sentAt + this.renewInterval);
+  }
+}
 
 export class Keeper {
   private readonly leases = new Set<LeaseImpl>();
+  /** Leases that hang off a backend session, by session. */
+  private readonly groups = new Map<string, Group>();
+  /** The session renewal in flight, if any. */
+  private groupBusy: number | null = null;
   private timer: NodeJS.Timeout | null = null;
   private timerAt = Infinity;
   private stopped = false;
+  private seq = 0;
+  /** The renewal call in flight, if any. */
+  private busy: number | null = null;
 
-  constructor(private readonly backend: Backend) {}
+  constructor(
+    private readonly backend: Backend,
+    private readonly calls: Calls,
+  ) {}
 
   /** Looks a held lease up by its backend key and token (session backends report loss by them). */
   find(fullKey: string, token: string): LeaseImpl | undefined {
     for (const l of this.leases) if (l.fullKey === fullKey && l.token === token) return l;
+    for (const g of this.groups.values()) {
+      const l = g.leases.get(token);
+      if (l && l.fullKey === fullKey) return l;
+    }
     return undefined;
   }
 
-  add(lease: LeaseImpl): void {
+  /**
+   * Tracks a lease; `session` (its Grant's) puts a renewed lease in its session's group, when
+   * the backend renews sessions. `sentAt`: when the acquire that granted it was sent.
+   */
+  add(lease: LeaseImpl, session?: string, sentAt?: number): void {
+    if (session !== undefined && lease.renew && this.backend.renewSessions && sentAt !== undefined) {
+      let g = this.groups.get(session);
+      if (!g) {
+        g = new Group(session, lease.ttlMs);
+        this.groups.set(session, g);
+      }
+      if (g.ttlMs === lease.ttlMs) {
+        g.leases.set(lease.token, lease);
+        lease.group = g;
+        g.renewed(sentAt); // the grant set the session's expiry to its TTL
+        this.arm(this.groupTime(g));
+        return;
+      }
+    }
     this.leases.add(lease);
     this.arm(this.nextTime(lease));
   }
 
   remove(lease: LeaseImpl): void {
+    const g = lease.group as Group | null;
+    if (g) {
+      if (g.leases.get(lease.token) === lease) g.leases.delete(lease.token);
+      // an empty group is forgotten: its session lapses unless a new lease renews it
+      if (g.leases.size === 0 && this.groups.get(g.id) === g) this.groups.delete(g.id);
+      return;
+    }
     this.leases.delete(lease);
+  }
+
+  /** The lease leaves its session's group and is renewed by itself (its own expiry). */
+  ungroup(lease: LeaseImpl): void {
+    const g = lease.group;
+    if (!g) return;
+    const until = g.expiresAt;
+    this.remove(lease);
+    lease.group = null;
+    lease.expiresAt = until;
+    lease.nextRenewAt = Math.min(lease.nextRenewAt, until);
+    this.leases.add(lease);
+    this.arm(this.nextTime(lease));
+  }
+
+  private groupTime(g: Group): number {
+    return !g.renewing && this.groupBusy === null ? Math.min(g.nextRenewAt, g.expiresAt) : g.expiresAt;
   }
 
   stop(): void {
@@ -39,15 +124,17 @@ export class Keeper {
     this.timerAt = Infinity;
   }
 
+  /** When the keeper must look at `l` next: its renewal (if one can be sent now) or its deadline. */
   private nextTime(l: LeaseImpl): number {
-    return l.renew && !l.renewing ? Math.min(l.nextRenewAt, l.expiresAt) : l.expiresAt;
+    return l.renew && l.renewCall === 0 && this.busy === null ? Math.min(l.nextRenewAt, l.expiresAt) : l.expiresAt;
   }
 
   private arm(at: number): void {
     if (this.stopped || at >= this.timerAt) return;
     if (this.timer) clearTimeout(this.timer);
     this.timerAt = at;
-    this.timer = setTimeout(() => this.tick(), Math.max(0, at - now()));
+    // +1: a timer may fire up to a millisecond before performance.now() reaches `at`
+    this.timer = setTimeout(() => this.tick(), Math.max(0, Math.ceil(at - now()) + 1));
     this.timer.unref();
   }
 
@@ -57,6 +144,7 @@ export class Keeper {
     this.timerAt = Infinity;
     let next = Infinity;
     for (const l of this.leases) next = Math.min(next, this.nextTime(l));
+    for (const g of this.groups.values()) next = Math.min(next, this.groupTime(g));
     if (next < Infinity) this.arm(next);
   }
 
@@ -65,34 +153,113 @@ export class Keeper {
     this.timerAt = Infinity;
     const t = now();
     const due: LeaseImpl[] = [];
-    for (const l of this.leases) {
+    for (const l of [...this.leases]) {
       if (t >= l.expiresAt) {
         l.lose(l.renew ? 'it expired before a renewal succeeded' : 'its TTL ran out (renew is off)');
-      } else if (l.renew && !l.renewing && l.nextRenewAt - l.renewInterval / 2 <= t) {
+      } else if (this.busy === null && l.renew && l.renewCall === 0 && l.nextRenewAt - l.renewInterval / 2 <= t) {
         due.push(l);
       }
     }
     if (due.length > 0) this.renew(due);
+    const dueGroups: Group[] = [];
+    for (const g of [...this.groups.values()]) {
+      if (t >= g.expiresAt) {
+        this.loseGroup(g, 'its session expired before a renewal succeeded');
+      } else if (this.groupBusy === null && !g.renewing && g.nextRenewAt - g.renewInterval / 2 <= t) {
+        dueGroups.push(g);
+      }
+    }
+    if (dueGroups.length > 0) this.renewGroups(dueGroups);
     this.rearm();
   }
 
+  /** One `leasehold:extend` event per lease of the group (only while someone listens: it costs per lease). */
+  private emitGroup(g: Group, ok: boolean, error?: unknown): void {
+    if (!channels.extend.hasSubscribers) return;
+    const name = this.backend.name;
+    for (const l of [...g.leases.values()]) {
+      const m = { backend: name, key: l.key, fence: l.fence, ok, batch: g.leases.size };
+      emit(channels.extend, error === undefined ? m : { ...m, error });
+    }
+  }
+
+  private loseGroup(g: Group, reason: string, cause?: unknown): void {
+    if (this.groups.get(g.id) === g) this.groups.delete(g.id);
+    for (const l of [...g.leases.values()]) l.lose(reason, cause);
+    g.leases.clear();
+  }
+
+  /** One `renewSessions` call for every due session (one round trip, whatever the leases). */
+  private renewGroups(due: Group[]): void {
+    const id = ++this.seq;
+    this.groupBusy = id;
+    for (const g of due) g.renewing = true;
+    const sentAt = now();
+    this.calls
+      .run('renewal', () => this.backend.renewSessions!(due.map((g) => g.id)), {})
+      .then(
+        (results) => {
+          due.forEach((g, i) => {
+            g.renewing = false;
+            const r = results[i];
+            if (!r?.ok) {
+              this.emitGroup(g, false);
+              this.loseGroup(g, 'its backend session lapsed (not renewed in time, or ended)');
+              return;
+            }
+            g.nextRenewAt = Infinity;
+            g.renewed(sentAt);
+            for (const token of r.lost) {
+              const l = g.leases.get(token);
+              if (!l) continue;
+              if (channels.extend.hasSubscribers) {
+                emit(channels.extend, { backend: this.backend.name, key: l.key, fence: l.fence, ok: false, batch: 1 });
+              }
+              l.lose('renewal refused by the backend (expired, deleted or taken over)');
+            }
+            this.emitGroup(g, true);
+          });
+        },
+        (error: unknown) => {
+          const t = now();
+          for (const g of due) {
+            this.emitGroup(g, false, error);
+            g.renewing = false;
+            // retry soon, but never past the session's deadline (the tick then marks its leases lost)
+            g.nextRenewAt = Math.min(g.expiresAt, t + Math.max(20, g.renewInterval / 4));
+          }
+        },
+      )
+      .finally(() => {
+        if (this.groupBusy === id) this.groupBusy = null;
+        this.rearm();
+      });
+  }
+
   private renew(due: LeaseImpl[]): void {
-    for (const l of due) l.renewing = true;
+    const id = ++this.seq;
+    this.busy = id;
+    for (const l of due) l.renewCall = id;
     const sentAt = now();
     const name = this.backend.name;
-    let request: Promise<boolean[]>;
-    try {
-      request = this.backend.extend(due.map((l) => ({ key: l.fullKey, token: l.token, ttlMs: l.ttlMs })));
-    } catch (e) {
-      request = Promise.reject(e);
-    }
-    request
+    // false if the lease is no longer part of this call (it joined a later one)
+    const done = (l: LeaseImpl) => {
+      if (l.renewCall !== id) return false;
+      l.renewCall = 0;
+      return true;
+    };
+    this.calls
+      .run('renewal', () => this.backend.extend(due.map((l) => ({ key: l.fullKey, token: l.token, ttlMs: l.ttlMs }))), {
+        secrets: due.map((l) => l.token),
+      })
       .then(
         (results) => {
           due.forEach((l, i) => {
-            l.renewing = false;
+            done(l);
             const ok = results[i] === true;
-            emit(channels.extend, { backend: name, key: l.key, fence: l.fence, ok, batch: due.length });
+            if (channels.extend.hasSubscribers) {
+              emit(channels.extend, { backend: name, key: l.key, fence: l.fence, ok, batch: due.length });
+            }
             if (ok) l.renewed(sentAt);
             else l.lose('renewal refused by the backend (expired, deleted or taken over)');
           });
@@ -100,13 +267,16 @@ export class Keeper {
         (error: unknown) => {
           const t = now();
           for (const l of due) {
-            l.renewing = false;
+            if (!done(l)) continue;
             emit(channels.extend, { backend: name, key: l.key, fence: l.fence, ok: false, batch: due.length, error });
             // retry soon, but never past the lease's own deadline (the tick then marks it lost)
             l.nextRenewAt = Math.min(l.expiresAt, t + Math.max(20, l.renewInterval / 4));
           }
         },
       )
-      .finally(() => this.rearm());
+      .finally(() => {
+        if (this.busy === id) this.busy = null;
+        this.rearm();
+      });
   }
 }

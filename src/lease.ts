@@ -1,6 +1,8 @@
 /** Lease: one grant of one key to one holder. */
+import { inspect, type InspectOptions } from 'node:util';
 import type { Backend } from './backend.js';
-import { BackendError, InvalidArgumentError, LeaseLostError } from './errors.js';
+import type { Calls } from './calls.js';
+import { InvalidArgumentError, LeaseLostError } from './errors.js';
 import { channels, emit } from './events.js';
 import { toMs, type Duration } from './duration.js';
 import { now } from './wait.js';
@@ -14,9 +16,12 @@ export interface Lease extends AsyncDisposable {
   readonly fence: bigint;
   /** Aborted with a LeaseLostError when the lease is lost, or a plain abort on release. */
   readonly signal: AbortSignal;
-  /** True while the lease is ours, as far as this process knows. */
+  /**
+   * True while the lease is ours, as far as this process knows. Reading it past the lease's
+   * validity marks the lease lost (so `held` and `signal` never disagree).
+   */
   readonly held: boolean;
-  /** Milliseconds left by this process's monotonic clock, minus a drift margin; 0 once lost. */
+  /** Whole milliseconds left by this process's monotonic clock, minus a drift margin; 0 once lost. */
   remaining(): number;
   /** Token-checked extension (to `ttl`, default the lease's TTL). Throws LeaseLostError if lost. */
   extend(ttl?: Duration): Promise<void>;
@@ -27,10 +32,21 @@ export interface Lease extends AsyncDisposable {
 /** What a lease needs from the Locks that made it. */
 export interface LeaseHost {
   readonly backend: Backend;
-  track(lease: LeaseImpl): void;
+  /** Bounded, tracked backend calls. */
+  readonly calls: Calls;
   untrack(lease: LeaseImpl): void;
   /** Called once the lock may be free again (released, lost, detached). */
   settled(lease: LeaseImpl): void;
+  /** A lease that hangs off a session is about to get its own expiry (an explicit extend). */
+  ungroup?(lease: LeaseImpl): void;
+}
+
+/** A backend session as the engine renews it: one renewal for all of its leases. */
+export interface LeaseGroup {
+  readonly id: string;
+  readonly ttlMs: number;
+  /** Monotonic time at which the session (and every lease of it) runs out for us. */
+  expiresAt: number;
 }
 
 /** The margin subtracted from a lease's validity: 1% of the TTL plus 2ms (as Redlock does). */
@@ -41,36 +57,73 @@ type State = 'held' | 'lost' | 'released';
 export class LeaseImpl implements Lease {
   /** Created on first use of `signal`: most leases never need one. */
   #ctrl: AbortController | null = null;
+  /** Private (not an own enumerable property): spreading, `Object.entries` or JSON never see it. */
+  readonly #token: string;
   #state: State = 'held';
-  /** Monotonic time at which the lease runs out for us (validity minus drift). */
-  expiresAt: number;
+  /** Monotonic time at which the lease runs out for us (validity minus drift), unless it hangs off a session. */
+  #expiresAt = 0;
+  /**
+   * The backend session this lease hangs off (Grant.session), renewed once for all of its
+   * leases: while set, the lease runs out when the session does.
+   */
+  group: LeaseGroup | null = null;
   /** Monotonic time of the next renewal (when `renew`). */
   nextRenewAt: number;
-  /** A renewal is in flight. */
-  renewing = false;
+  /** The keeper's renewal call this lease is part of while it is in flight (0: none). */
+  renewCall = 0;
   ttlMs: number;
   #lostError: LeaseLostError | null = null;
 
+  /** Private (not an own property): a deep walk of a lease never reaches the Locks or its clients. */
+  readonly #host: LeaseHost;
+
   constructor(
-    private readonly host: LeaseHost,
+    host: LeaseHost,
     readonly key: string,
     readonly fullKey: string,
-    readonly token: string,
+    token: string,
     readonly fence: bigint,
     ttlMs: number,
     readonly renew: boolean,
     /** Monotonic time just before the acquire that granted it was sent. */
     readonly grantedAt: number,
   ) {
+    this.#host = host;
+    this.#token = token;
     this.ttlMs = ttlMs;
     this.expiresAt = grantedAt + ttlMs - driftMs(ttlMs);
     this.nextRenewAt = grantedAt + this.renewInterval;
   }
 
+  /**
+   * The server holds this grant only until `t` (a hand-over's claim) until its first renewal:
+   * the lease is valid until then, and renewed before half of what is left has passed.
+   */
+  claimedUntil(t: number): void {
+    if (t >= this.expiresAt) return;
+    this.expiresAt = t;
+    const n = now();
+    this.nextRenewAt = Math.min(this.nextRenewAt, n + Math.max(0, (t - n) / 2));
+  }
+
+  get token(): string {
+    return this.#token;
+  }
+  get expiresAt(): number {
+    return this.group ? this.group.expiresAt : this.#expiresAt;
+  }
+  set expiresAt(t: number) {
+    this.#expiresAt = t;
+  }
   get renewInterval(): number {
     return Math.max(1, Math.floor(this.ttlMs / 3));
   }
+  /** Marks a lease past its validity lost now (a paused process may read it before any timer ran). */
+  #checkExpiry(): void {
+    if (this.#state === 'held' && now() >= this.expiresAt) this.lose('it expired before a renewal succeeded');
+  }
   get signal(): AbortSignal {
+    this.#checkExpiry();
     if (!this.#ctrl) {
       this.#ctrl = new AbortController();
       if (this.#state === 'lost') this.#ctrl?.abort(this.#lostError);
@@ -79,7 +132,8 @@ export class LeaseImpl implements Lease {
     return this.#ctrl.signal;
   }
   get held(): boolean {
-    return this.#state === 'held' && now() < this.expiresAt;
+    this.#checkExpiry();
+    return this.#state === 'held';
   }
   get lostError(): LeaseLostError | null {
     return this.#lostError;
@@ -89,7 +143,8 @@ export class LeaseImpl implements Lease {
   }
 
   remaining(): number {
-    return this.#state === 'held' ? Math.max(0, this.expiresAt - now()) : 0;
+    this.#checkExpiry();
+    return this.#state === 'held' ? Math.max(0, Math.floor(this.expiresAt - now())) : 0;
   }
 
   /** A renewal sent at monotonic time `sentAt` succeeded. */
@@ -103,26 +158,28 @@ export class LeaseImpl implements Lease {
     const ttlMs = ttl === undefined ? this.ttlMs : toMs(ttl, 'ttl');
     if (this.#state === 'released')
       throw new InvalidArgumentError(`lease on "${this.key}" was released; acquire a new one`);
-    if (this.#state === 'lost' || now() >= this.expiresAt) {
-      this.lose('expired before it was extended');
-      throw this.#lostError!;
-    }
+    this.#checkExpiry();
+    if (this.state === 'lost') throw this.#lostError!;
+    if (this.group) this.#host.ungroup?.(this); // from now on it is renewed by itself
+    const { backend, calls } = this.#host;
     const sentAt = now();
     let ok: boolean | undefined;
     try {
-      [ok] = await this.host.backend.extend([{ key: this.fullKey, token: this.token, ttlMs }]);
-    } catch (e) {
-      emit(channels.extend, {
-        backend: this.host.backend.name,
+      // bounded by opTimeout, and never past the lease's own validity: then it is lost
+      const ms = Math.min(calls.opTimeoutMs, Math.max(1, Math.ceil(this.expiresAt - sentAt) + 1));
+      [ok] = await calls.run('extend', () => backend.extend([{ key: this.fullKey, token: this.#token, ttlMs }]), {
         key: this.key,
-        fence: this.fence,
-        ok: false,
-        batch: 1,
-        error: e,
+        ms,
+        closable: true,
+        secrets: [this.#token],
       });
-      throw e instanceof BackendError ? e : new BackendError(`extend of "${this.key}" failed`, { cause: e });
+    } catch (e) {
+      this.#emitExtend(false, e);
+      this.#checkExpiry();
+      if (this.#lostError) throw this.#lostError;
+      throw e;
     }
-    emit(channels.extend, { backend: this.host.backend.name, key: this.key, fence: this.fence, ok: !!ok, batch: 1 });
+    this.#emitExtend(!!ok);
     if (!ok) {
       this.lose('the backend refused the extension (expired, deleted or taken over)');
       throw this.#lostError!;
@@ -133,21 +190,32 @@ export class LeaseImpl implements Lease {
     this.nextRenewAt = sentAt + this.renewInterval;
   }
 
+  #emitExtend(ok: boolean, error?: unknown): void {
+    if (!channels.extend.hasSubscribers) return;
+    const m = { backend: this.#host.backend.name, key: this.key, fence: this.fence, ok, batch: 1 };
+    emit(channels.extend, error === undefined ? m : { ...m, error });
+  }
+
   async release(): Promise<boolean> {
     if (this.#state !== 'held') return false;
     this.#state = 'released';
-    this.host.untrack(this);
+    this.#host.untrack(this);
     this.#ctrl?.abort();
-    const backend = this.host.backend;
+    const { backend, calls } = this.#host;
     try {
-      const released = await backend.release(this.fullKey, this.token);
-      emit(channels.release, { backend: backend.name, key: this.key, fence: this.fence, released });
+      const released = await calls.run('release', () => backend.release(this.fullKey, this.#token), {
+        key: this.key,
+        secrets: [this.#token],
+      });
+      if (channels.release.hasSubscribers) {
+        emit(channels.release, { backend: backend.name, key: this.key, fence: this.fence, released });
+      }
       return released;
     } catch (e) {
       emit(channels.release, { backend: backend.name, key: this.key, fence: this.fence, released: false, error: e });
-      throw e instanceof BackendError ? e : new BackendError(`release of "${this.key}" failed`, { cause: e });
+      throw e;
     } finally {
-      this.host.settled(this);
+      this.#host.settled(this);
     }
   }
 
@@ -158,25 +226,46 @@ export class LeaseImpl implements Lease {
   lose(reason: string, cause?: unknown): void {
     if (this.#state !== 'held') return;
     this.#state = 'lost';
-    this.#lostError = new LeaseLostError(this.key, reason, cause === undefined ? undefined : { cause });
-    this.host.untrack(this);
-    emit(channels.lost, { backend: this.host.backend.name, key: this.key, fence: this.fence, reason, cause });
+    const safe = cause === undefined ? undefined : this.#host.calls.error(cause, 'renewal', [this.#token]);
+    this.#lostError = new LeaseLostError(this.key, reason, safe === undefined ? undefined : { cause: safe });
+    this.#host.untrack(this);
+    emit(channels.lost, { backend: this.#host.backend.name, key: this.key, fence: this.fence, reason, cause: safe });
     this.#ctrl?.abort(this.#lostError);
-    this.host.backend
-      .release(this.fullKey, this.token)
+    const { backend, calls } = this.#host;
+    calls
+      .run('release', () => backend.release(this.fullKey, this.#token), { key: this.key, secrets: [this.#token] })
       .catch(() => false)
-      .finally(() => this.host.settled(this));
+      .finally(() => this.#host.settled(this));
   }
 
   /** Stops tracking without releasing: the stored expiry keeps the lock (runExclusive). */
   detach(): void {
     if (this.#state !== 'held') return;
     this.#state = 'released';
-    this.host.untrack(this);
+    this.#host.untrack(this);
     this.#ctrl?.abort();
   }
 
   async [Symbol.asyncDispose](): Promise<void> {
     await this.release();
+  }
+
+  /** What JSON shows: never the token. */
+  toJSON(): { key: string; fence: string; held: boolean; remainingMs: number } {
+    return { key: this.key, fence: this.fence.toString(), held: this.#isHeld(), remainingMs: this.#left() };
+  }
+
+  /** What `util.inspect` and `console.log` show, at any depth: never the token, nor the client. */
+  [inspect.custom](_depth: number, options: InspectOptions): string {
+    const shown = { key: this.key, fence: this.fence, held: this.#isHeld(), remainingMs: this.#left() };
+    return `Lease ${inspect(shown, { ...options, depth: 1 })}`;
+  }
+
+  // side-effect free views for inspect/JSON (reading them must not change the lease)
+  #isHeld(): boolean {
+    return this.#state === 'held' && now() < this.expiresAt;
+  }
+  #left(): number {
+    return this.#isHeld() ? Math.floor(this.expiresAt - now()) : 0;
   }
 }

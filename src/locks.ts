@@ -1,15 +1,18 @@
 /** Locks: acquire / tryAcquire / withLock / runExclusive / inspect / close over one backend. */
 import { setMaxListeners } from 'node:events';
-import type { Backend, Grant } from './backend.js';
-import { toMs, type Duration } from './duration.js';
-import { InvalidArgumentError, LeaseholdError, LockTimeoutError } from './errors.js';
-import { channels, emit } from './events.js';
+import { inspect } from 'node:util';
+import { Acquirer, type Parsed } from './acquire.js';
+import type { Backend, Grant, ResultStore } from './backend.js';
+import { Calls } from './calls.js';
+import { smallTtlWarning, toMs, type Duration } from './duration.js';
+import { ClosedError, InvalidArgumentError, LeaseholdError } from './errors.js';
+import { channels, emit, warn } from './events.js';
 import { Keeper } from './keeper.js';
 import { LeaseImpl, type Lease, type LeaseHost } from './lease.js';
 import { idempotent, type IdempotentOptions } from './recipes/idempotency.js';
 import { ElectionImpl, type ElectOptions, type Election } from './recipes/election.js';
-import { checkBoolean, checkKey, checkOptions, checkSignal, newToken } from './validate.js';
-import { anySignal, backoffDelay, now, parseRetry, sleep, TurnQueue, type Backoff, type RetryOptions } from './wait.js';
+import { checkBoolean, checkKey, checkOptions, checkSignal, checkString, newToken } from './validate.js';
+import { now, parseRetry, race, type Backoff, type RetryOptions } from './wait.js';
 
 export interface LocksOptions {
   /** Lease time-to-live (default 30s). */
@@ -22,6 +25,12 @@ export interface LocksOptions {
   prefix?: string;
   /** Polling backoff for backends without push wake-ups. */
   retry?: RetryOptions;
+  /**
+   * The longest the engine waits for one backend call (an acquire attempt, an extend, a release,
+   * an inspect) before giving up on it with a BackendError, even if the client never answers
+   * (default 5s). `close()` takes at most twice this.
+   */
+  opTimeout?: Duration;
 }
 
 export interface AcquireOptions {
@@ -63,34 +72,29 @@ export interface Locks {
     options?: RunExclusiveOptions,
   ): Promise<RunExclusiveResult<T>>;
   inspect(key: string): Promise<LockInfo | null>;
-  /** Leader election on `name`: campaign, resign, observe. Needs a backend that stores a value. */
-  elect(name: string, options: ElectOptions): Election;
+  /**
+   * Leader election on `name`: campaign, resign, observe. A candidate passes its `value` (what
+   * observers see); without options the handle only observes (`leader()`, `observe()`).
+   */
+  elect(name: string, options?: ElectOptions): Election;
+  /** The locks held under `prefix` (of the caller's keys, default all), as `inspect` shows them. */
+  list(prefix?: string): AsyncIterable<LockInfo>;
   /** Runs `fn` once per idempotency key; repeats get the stored (JSON) result. */
   idempotent<T>(key: string, fn: (lease: Lease) => Promise<T> | T, options?: IdempotentOptions): Promise<T>;
-  /** Releases every lease this instance holds, stops renewal, closes the backend's own connections. */
+  /**
+   * Releases every lease this instance holds, waits (at most `opTimeout`) for calls in flight and
+   * releases what they got, stops renewal, then closes the backend's own connections (at most
+   * `opTimeout` more). Calls still waiting reject with a ClosedError at once.
+   */
   close(): Promise<void>;
 }
 
-const LOCKS_OPTS = ['ttl', 'renew', 'wait', 'prefix', 'retry'] as const;
+const LOCKS_OPTS = ['ttl', 'renew', 'wait', 'prefix', 'retry', 'opTimeout'] as const;
 const ACQUIRE_OPTS = ['ttl', 'renew', 'wait', 'signal', 'value'] as const;
 const TRY_OPTS = ['ttl', 'renew', 'signal', 'value'] as const;
 const EXCLUSIVE_OPTS = ['lockAtLeastFor', 'lockAtMostFor', 'signal'] as const;
 
-interface Parsed {
-  key: string;
-  fullKey: string;
-  ttlMs: number;
-  renew: boolean;
-  waitMs: number;
-  signal: AbortSignal | undefined;
-  value: string | undefined;
-}
-
-export class ClosedError extends LeaseholdError {
-  constructor() {
-    super('LEASEHOLD_CLOSED', 'this Locks instance is closed');
-  }
-}
+export { ClosedError };
 
 export function createLocks(backend: Backend, defaults?: LocksOptions): Locks {
   return new LocksImpl(backend, defaults);
@@ -112,16 +116,21 @@ function checkBackend(b: unknown): Backend {
 
 class LocksImpl implements Locks, LeaseHost {
   readonly backend: Backend;
+  readonly calls: Calls;
+  readonly retry: Backoff;
   private readonly keeper: Keeper;
-  private readonly turns = new TurnQueue();
+  private readonly acquirer: Acquirer;
   private readonly held = new Set<LeaseImpl>();
-  private readonly kicks = new Map<string, AbortController>();
   private readonly closing = new AbortController();
+  private closed: Promise<void> | null = null;
   private readonly ttlMs: number;
   private readonly renew: boolean;
   private readonly waitMs: number;
   private readonly prefix: string;
-  private readonly retry: Backoff;
+  /** The backend's result store, each call bounded (idempotency). */
+  readonly results: ResultStore | undefined;
+  /** Small TTLs already warned about (once per value per instance). */
+  private readonly warned = new Set<number>();
 
   constructor(backend: Backend, defaults?: LocksOptions) {
     this.backend = checkBackend(backend);
@@ -129,43 +138,56 @@ class LocksImpl implements Locks, LeaseHost {
     this.ttlMs = o.ttl === undefined ? 30_000 : toMs(o.ttl, 'ttl');
     this.renew = checkBoolean(o.renew, 'renew') ?? true;
     this.waitMs = o.wait === undefined ? 30_000 : toMs(o.wait, 'wait', { allowZero: true });
-    if (
-      o.prefix !== undefined &&
-      (typeof o.prefix !== 'string' || o.prefix.length === 0 || Buffer.byteLength(o.prefix) > 256)
-    ) {
-      throw new InvalidArgumentError('prefix must be a non-empty string of at most 256 bytes');
-    }
+    if (o.prefix !== undefined) checkString(o.prefix, 'prefix', 256);
     this.prefix = o.prefix ?? 'leasehold';
     this.retry = parseRetry(o.retry, 'createLocks');
-    this.keeper = new Keeper(this.backend);
+    const opTimeoutMs = o.opTimeout === undefined ? 5000 : toMs(o.opTimeout, 'opTimeout');
+    this.calls = new Calls(this.backend.name, opTimeoutMs);
+    this.keeper = new Keeper(this.backend, this.calls);
+    this.acquirer = new Acquirer(this);
+    this.warnTtl(this.ttlMs, this.renew);
     setMaxListeners(0, this.closing.signal); // one listener per waiting call, by design
+    this.results = this.backend.results ? this.boundedResults(this.backend.results) : undefined;
     this.backend.onLost?.((fullKey, token, cause) => {
       this.keeper.find(fullKey, token)?.lose('the backend session holding it ended', cause);
     });
   }
 
-  // ---- LeaseHost
-  track(lease: LeaseImpl): void {
-    this.held.add(lease);
-    this.keeper.add(lease);
+  get closingSignal(): AbortSignal {
+    return this.closing.signal;
   }
+
+  private boundedResults(store: ResultStore): ResultStore {
+    return {
+      get: (lockKey) => this.calls.run('result read', () => store.get(lockKey), { closable: true }),
+      put: (lockKey, token, value, ttlMs) =>
+        this.calls.run('result write', () => store.put(lockKey, token, value, ttlMs), {
+          closable: true,
+          secrets: [token],
+        }),
+    };
+  }
+
+  // ---- LeaseHost
   untrack(lease: LeaseImpl): void {
     this.held.delete(lease);
     this.keeper.remove(lease);
   }
   settled(lease: LeaseImpl): void {
-    this.kicks.get(lease.fullKey)?.abort();
+    this.acquirer.kick(lease.fullKey);
+  }
+  ungroup(lease: LeaseImpl): void {
+    this.keeper.ungroup(lease);
   }
 
   private parse(key: unknown, opts: unknown, allowed: readonly string[], where: string): Parsed {
     const k = checkKey(key);
     const o = checkOptions<AcquireOptions>(opts, allowed, where);
-    if (o.value !== undefined && typeof o.value !== 'string')
-      throw new InvalidArgumentError(`${where}: value must be a string`);
+    if (o.value !== undefined) checkString(o.value, `${where}: value`, Infinity, true);
     if (o.value !== undefined && !this.backend.capabilities.value) {
       throw new InvalidArgumentError(`${where}: the ${this.backend.name} backend cannot store a holder value`);
     }
-    return {
+    const p: Parsed = {
       key: k,
       fullKey: `${this.prefix}:${k}`,
       ttlMs: o.ttl === undefined ? this.ttlMs : toMs(o.ttl, 'ttl'),
@@ -174,16 +196,29 @@ class LocksImpl implements Locks, LeaseHost {
       signal: checkSignal(o.signal, where),
       value: o.value,
     };
+    if (o.ttl !== undefined || o.renew !== undefined) this.warnTtl(p.ttlMs, p.renew, k);
+    return p;
+  }
+
+  /** A renewed lease with a TTL too short to renew reliably: said once per value on `leasehold:warning`. */
+  private warnTtl(ttlMs: number, renew: boolean, key?: string): void {
+    const w = renew && !this.warned.has(ttlMs) ? smallTtlWarning(ttlMs, key) : null;
+    if (w && warn(w) && this.warned.size < 64) this.warned.add(ttlMs);
   }
 
   private assertOpen(): void {
     if (this.closing.signal.aborted) throw new ClosedError();
   }
 
-  private grant(p: Parsed, token: string, g: Grant, sentAt: number, waitedMs: number, attempts: number): LeaseImpl {
+  /** A grant the caller still wants: it becomes a tracked, renewed lease. */
+  grant(p: Parsed, token: string, g: Grant, sentAt: number, waitedMs: number, attempts: number): LeaseImpl {
     const lease = new LeaseImpl(this, p.key, p.fullKey, token, g.fence, p.ttlMs, p.renew, sentAt);
-    this.track(lease);
-    emit(channels.acquire, { backend: this.backend.name, key: p.key, fence: g.fence, waitedMs, attempts });
+    if (g.expiresAt !== undefined && g.session === undefined) lease.claimedUntil(g.expiresAt);
+    this.held.add(lease);
+    this.keeper.add(lease, g.session, sentAt); // a lease that hangs off a session is renewed with it
+    if (channels.acquire.hasSubscribers) {
+      emit(channels.acquire, { backend: this.backend.name, key: p.key, fence: g.fence, waitedMs, attempts });
+    }
     return lease;
   }
 
@@ -191,115 +226,14 @@ class LocksImpl implements Locks, LeaseHost {
     const p = this.parse(key, options, ACQUIRE_OPTS, 'acquire');
     this.assertOpen();
     if (p.signal?.aborted) throw p.signal.reason;
-    const started = now();
-    const token = newToken();
-    if (this.turns.busy(p.fullKey)) return this.wait(p, token, started, false);
-    // fast path: nobody local is ahead of us; one attempt before any timer or signal is set up
-    this.turns.takeNow(p.fullKey);
-    let waiting = false;
-    try {
-      const g = await this.backend.acquire(p.fullKey, { token, ttlMs: p.ttlMs, queue: true, value: p.value });
-      if (g) return await this.granted(p, token, g, started, started, 1);
-      waiting = true;
-      return await this.wait(p, token, started, true);
-    } finally {
-      if (!waiting) this.turns.pass(p.fullKey);
-    }
-  }
-
-  /** A grant arrived: unless the caller gave up meanwhile, it becomes a lease. */
-  private async granted(p: Parsed, token: string, g: Grant, sentAt: number, started: number, attempts: number) {
-    if (p.signal?.aborted || this.closing.signal.aborted) {
-      await this.backend.release(p.fullKey, token).catch(() => false);
-      throw p.signal?.aborted ? p.signal.reason : new ClosedError();
-    }
-    return this.grant(p, token, g, sentAt, now() - started, attempts);
-  }
-
-  /**
-   * The slow path: wait for the local turn (unless `hasTurn`: then the first attempt was refused
-   * and we are queued at the backend), then alternate pauses and attempts until the deadline.
-   */
-  private async wait(p: Parsed, token: string, started: number, hasTurn: boolean): Promise<Lease> {
-    const left = Math.max(0, p.waitMs - (now() - started));
-    const deadline = new AbortController();
-    const timer = setTimeout(() => deadline.abort(new LockTimeoutError(p.key, now() - started)), left);
-    const stop = anySignal([p.signal, this.closing.signal]);
-    const all = anySignal([stop.signal, deadline.signal]);
-    let queued = hasTurn;
-    let outcome: 'acquired' | 'timeout' | 'aborted' | 'error' = 'error';
-    emit(channels.wait, { backend: this.backend.name, key: p.key, phase: 'start' });
-    try {
-      if (!hasTurn) await this.turns.take(p.fullKey, all.signal);
-      try {
-        for (let attempt = hasTurn ? 2 : 1; ; attempt++) {
-          if (queued) {
-            if (all.signal.aborted) throw all.signal.reason;
-            await this.pause(p, all.signal, attempt - 1);
-          }
-          if (stop.signal.aborted) throw stop.signal.reason;
-          const sentAt = now();
-          const g = await this.backend.acquire(p.fullKey, { token, ttlMs: p.ttlMs, queue: true, value: p.value });
-          if (g) {
-            const lease = await this.granted(p, token, g, sentAt, started, attempt);
-            outcome = 'acquired';
-            return lease;
-          }
-          queued = true;
-        }
-      } finally {
-        this.turns.pass(p.fullKey);
-      }
-    } catch (e) {
-      outcome = e instanceof LockTimeoutError ? 'timeout' : stop.signal.aborted ? 'aborted' : 'error';
-      if (queued && this.backend.leave) this.backend.leave(p.fullKey, token).catch(() => {});
-      throw e;
-    } finally {
-      clearTimeout(timer);
-      stop.dispose();
-      all.dispose();
-      emit(channels.wait, { backend: this.backend.name, key: p.key, phase: 'end', waitedMs: now() - started, outcome });
-    }
-  }
-
-  /** Waits for a push wake-up (or a local release), else for a jittered backoff. */
-  private async pause(p: Parsed, signal: AbortSignal, attempt: number): Promise<void> {
-    const kick = new AbortController();
-    this.kicks.set(p.fullKey, kick);
-    const both = anySignal([signal, kick.signal]);
-    try {
-      if (this.backend.waitForChange) {
-        // bounded so a waiter refreshes its place in a fair queue and survives a missed message
-        await this.backend.waitForChange(p.fullKey, both.signal, Math.max(1, Math.floor(p.ttlMs / 3)));
-      } else {
-        await sleep(backoffDelay(this.retry, attempt - 1), both.signal);
-      }
-    } finally {
-      both.dispose();
-      if (this.kicks.get(p.fullKey) === kick) this.kicks.delete(p.fullKey);
-    }
+    return (await this.acquirer.acquire(p, newToken())) as Lease;
   }
 
   async tryAcquire(key: string, options?: TryAcquireOptions): Promise<Lease | null> {
     const p = this.parse(key, options, TRY_OPTS, 'tryAcquire');
     this.assertOpen();
     if (p.signal?.aborted) throw p.signal.reason;
-    // someone in this process is already acquiring this key: one attempt would fail anyway
-    if (this.turns.busy(p.fullKey)) return null;
-    await this.turns.take(p.fullKey, this.closing.signal);
-    try {
-      const token = newToken();
-      const sentAt = now();
-      const g = await this.backend.acquire(p.fullKey, { token, ttlMs: p.ttlMs, queue: false, value: p.value });
-      if (!g) return null;
-      if (p.signal?.aborted || this.closing.signal.aborted) {
-        await this.backend.release(p.fullKey, token).catch(() => false);
-        throw p.signal?.aborted ? p.signal.reason : new ClosedError();
-      }
-      return this.grant(p, token, g, sentAt, now() - sentAt, 1);
-    } finally {
-      this.turns.pass(p.fullKey);
-    }
+    return (await this.acquirer.tryAcquire(p, newToken())) as Lease | null;
   }
 
   async withLock<T>(key: string, fn: (lease: Lease) => Promise<T> | T, options?: AcquireOptions): Promise<T> {
@@ -313,9 +247,11 @@ class LocksImpl implements Locks, LeaseHost {
       throw e;
     }
     const lost = lease.lostError;
+    const closedUnder = !lost && lease.state !== 'held' && this.closing.signal.aborted;
     await this.quietRelease(lease);
     // the work finished, but not under the lock the whole time: the caller must know
     if (lost) throw lost;
+    if (closedUnder) throw new ClosedError();
     return value;
   }
 
@@ -339,8 +275,9 @@ class LocksImpl implements Locks, LeaseHost {
       if (keep >= 1 && lease.state === 'held') {
         // the stored expiry keeps the window: it outlives close() and a crash
         try {
-          await lease.extend(keep);
-          lease.detach();
+          const kept = this.backend.keep ? await this.keepWindow(lease, keep) : (await lease.extend(keep), true);
+          if (kept) lease.detach();
+          else await this.quietRelease(lease);
         } catch {
           await this.quietRelease(lease);
         }
@@ -348,6 +285,15 @@ class LocksImpl implements Locks, LeaseHost {
         await this.quietRelease(lease);
       }
     }
+  }
+
+  /** Hands the lock over to the backend's store for the rest of the window (session backends). */
+  private keepWindow(lease: LeaseImpl, ms: number): Promise<boolean> {
+    const backend = this.backend;
+    return this.calls.run('keep', () => backend.keep!(lease.fullKey, lease.token, ms), {
+      key: lease.key,
+      secrets: [lease.token],
+    });
   }
 
   private async quietRelease(lease: LeaseImpl): Promise<void> {
@@ -363,31 +309,107 @@ class LocksImpl implements Locks, LeaseHost {
     this.assertOpen();
     if (!this.backend.inspect)
       throw new LeaseholdError('LEASEHOLD_UNSUPPORTED', `the ${this.backend.name} backend cannot inspect locks`);
-    const info = await this.backend.inspect(`${this.prefix}:${k}`);
+    const backend = this.backend;
+    const info = await this.calls.run('inspect', () => backend.inspect!(`${this.prefix}:${k}`), {
+      key: k,
+      closable: true,
+    });
     if (!info) return null;
     const out: LockInfo = { key: k, fence: info.fence, remainingMs: info.remainingMs };
     if (info.value !== undefined) out.value = info.value;
     return out;
   }
 
-  elect(name: string, options: ElectOptions): Election {
+  elect(name: string, options?: ElectOptions): Election {
     this.assertOpen();
     return ElectionImpl.create(this, name, options);
+  }
+
+  async *list(prefix = ''): AsyncIterable<LockInfo> {
+    if (typeof prefix !== 'string') throw new InvalidArgumentError('list: prefix must be a string');
+    if (prefix !== '') checkKey(prefix, 'list: prefix');
+    this.assertOpen();
+    if (!this.backend.list)
+      throw new LeaseholdError('LEASEHOLD_UNSUPPORTED', `the ${this.backend.name} backend cannot list locks`);
+    const ns = `${this.prefix}:`;
+    const it = this.backend.list(ns + prefix)[Symbol.asyncIterator]();
+    let finished = false;
+    try {
+      for (;;) {
+        // each step is a bounded call: a hung client cannot hang the iteration
+        const r = await this.calls.run('list', () => it.next(), { closable: true });
+        if (r.done) {
+          finished = true;
+          return;
+        }
+        const info = r.value;
+        if (!info.key.startsWith(ns)) continue;
+        const out: LockInfo = { key: info.key.slice(ns.length), fence: info.fence, remainingMs: info.remainingMs };
+        if (info.value !== undefined) out.value = info.value;
+        yield out;
+      }
+    } finally {
+      if (!finished && it.return) this.calls.track(Promise.resolve(it.return()).catch(() => {}));
+    }
   }
 
   idempotent<T>(key: string, fn: (lease: Lease) => Promise<T> | T, options?: IdempotentOptions): Promise<T> {
     return idempotent(this, key, fn, options);
   }
 
+  /** A bounded `backend.watch` (null when the backend cannot push); a late watch is ended at once. */
+  watch(key: string, onChange: () => void, signal?: AbortSignal): Promise<(() => void) | null> {
+    const backend = this.backend;
+    if (!backend.watch) return Promise.resolve(null);
+    return this.calls.run('watch', () => backend.watch!(this.fullKey(key), onChange), {
+      key,
+      signal,
+      closable: true,
+      late: (off) => off(),
+    });
+  }
+
   fullKey(key: string): string {
     return `${this.prefix}:${key}`;
   }
 
-  async close(): Promise<void> {
-    if (this.closing.signal.aborted) return;
-    this.closing.abort(new ClosedError());
-    await Promise.allSettled([...this.held].map((l) => l.release()));
+  close(): Promise<void> {
+    this.closed ??= this.shutdown();
+    return this.closed;
+  }
+
+  private async shutdown(): Promise<void> {
+    const closed = new ClosedError();
+    this.closing.abort(closed); // every waiting call rejects now
+    this.calls.abortAll(closed); // and every call in flight
+    const bound = this.calls.opTimeoutMs;
     this.keeper.stop();
-    await this.backend.close();
+    for (const lease of [...this.held]) lease.release().catch(() => {}); // tracked calls
+    // releases, and attempts still in flight (a late grant is released by its own call)
+    await this.calls.drain(bound);
+    const backend = this.backend;
+    let closing: Promise<void>;
+    try {
+      closing = Promise.resolve(backend.close());
+    } catch (e) {
+      closing = Promise.reject(e);
+    }
+    const timedOut = Symbol('timed out');
+    try {
+      await race(closing, { ms: bound, onTimeout: () => timedOut });
+    } catch (e) {
+      // a backend that cannot say goodbye within opTimeout is left to finish on its own
+      if (e !== timedOut) throw this.calls.error(e, 'close');
+    }
+  }
+
+  /** Never the backend's clients or their options (passwords) at any depth. */
+  [inspect.custom](): string {
+    const state = this.closing.signal.aborted ? 'closed' : 'open';
+    return `Locks { backend: '${this.backend.name}', prefix: '${this.prefix}', held: ${this.held.size}, ${state} }`;
+  }
+
+  toJSON(): { backend: string; prefix: string; held: number } {
+    return { backend: this.backend.name, prefix: this.prefix, held: this.held.size };
   }
 }

@@ -5,10 +5,36 @@
  */
 import type { Backend } from './backend.js';
 import { BackendError, InvalidArgumentError, LeaseholdError } from './errors.js';
+import { redactText, redactUrl, scrubError, secretsOfUrl } from './scrub.js';
+import { race } from './wait.js';
 
-/** Hides the userinfo (user:password@) of a URL, also of one that does not parse. */
-export function redactUrl(url: string): string {
-  return url.replace(/^([a-z][a-z0-9+.-]*:\/\/)[^@/?#]*@/i, '$1***@');
+export { redactUrl };
+
+/** How long closing a client that fromUrl made may take before its socket is dropped. */
+const CLIENT_CLOSE_MS = 2000;
+
+/** "could not connect": the message and the cause without the URL's password. */
+function connectError(safe: string, url: string, e: unknown): BackendError {
+  const secrets = secretsOfUrl(url);
+  const cause = scrubError(e, secrets);
+  return new BackendError(`could not connect to ${safe}: ${redactText(cause.message, secrets)}`, { cause });
+}
+
+/** Closes a client politely, or drops it after CLIENT_CLOSE_MS (a frozen server never answers QUIT). */
+async function closeWithin(polite: () => Promise<unknown>, drop: () => unknown): Promise<void> {
+  let p: Promise<unknown>;
+  try {
+    p = Promise.resolve(polite());
+  } catch (e) {
+    p = Promise.reject(e);
+  }
+  await race(p, { ms: CLIENT_CLOSE_MS }).catch(() => {
+    try {
+      drop();
+    } catch {
+      // already gone
+    }
+  });
 }
 
 function parse(url: unknown): URL {
@@ -22,7 +48,8 @@ function parse(url: unknown): URL {
   }
 }
 
-const SUPPORTED = 'redis://, rediss://, several redis:// (Redlock), postgres://, postgresql://, memory:';
+const SUPPORTED =
+  'redis://, rediss://, redis+cluster://, redis+sentinel://, several redis:// (Redlock), postgres://, postgresql://, zk://, etcd://, etcds://, sqlite:, memory:';
 
 async function load(names: readonly string[], forUrl: string): Promise<{ name: string; mod: any }> {
   for (const name of names) {
@@ -62,13 +89,26 @@ async function redisClient(url: string): Promise<{ client: any; close: () => Pro
     const Redis = mod.Redis ?? mod.default;
     const client = new Redis(url, { lazyConnect: true, maxRetriesPerRequest: 2, connectTimeout: 5000 });
     client.on('error', () => {}); // reconnects on its own; each command reports its own failure
+    // ioredis rejects connect() with "Connection is closed."; the socket's error (ECONNREFUSED, ...) is an event
+    let socketError: unknown;
+    const onError = (e: unknown) => (socketError ??= e);
+    client.on('error', onError);
     try {
       await client.connect();
     } catch (e) {
       client.disconnect();
-      throw new BackendError(`could not connect to ${safe}: ${redactUrl(String((e as Error).message))}`);
+      throw connectError(safe, url, socketError ?? e);
+    } finally {
+      client.off('error', onError);
     }
-    return { client, close: () => client.quit() };
+    return {
+      client,
+      close: () =>
+        closeWithin(
+          () => client.quit(),
+          () => client.disconnect(),
+        ),
+    };
   }
   const client = mod.createClient({ url, socket: { connectTimeout: 5000 } });
   client.on('error', () => {});
@@ -76,9 +116,10 @@ async function redisClient(url: string): Promise<{ client: any; close: () => Pro
     await client.connect();
   } catch (e) {
     await client.destroy?.();
-    throw new BackendError(`could not connect to ${safe}: ${redactUrl(String((e as Error).message))}`);
+    throw connectError(safe, url, e);
   }
-  return { client, close: () => (client.close ? client.close() : client.quit()) };
+  const polite = () => (client.close ? client.close() : client.quit());
+  return { client, close: () => closeWithin(polite, () => (client.destroy ? client.destroy() : client.disconnect())) };
 }
 
 /**
@@ -86,6 +127,13 @@ async function redisClient(url: string): Promise<{ client: any; close: () => Pro
  * closes that client. Async because client packages load lazily and the connection is checked.
  */
 export async function fromUrl(url: string | readonly string[]): Promise<Backend> {
+  if (typeof url === 'string' && /^rediss?\+(cluster|sentinel):/i.test(url)) {
+    // Redis Cluster / Sentinel: several addresses in one URL (src/redis-urls.ts)
+    const { deploymentClient } = await import('./redis-urls.js');
+    const { redis } = await import('./backends/redis/index.js');
+    const c = await deploymentClient(url, { load, connectError, closeWithin });
+    return owning(redis(c.client, c.session === undefined ? {} : { session: c.session }), c.close);
+  }
   if (Array.isArray(url)) {
     if (url.length === 0) throw new InvalidArgumentError('fromUrl: the list of URLs is empty');
     const parsed = url.map(parse);
@@ -115,6 +163,8 @@ export async function fromUrl(url: string | readonly string[]): Promise<Backend>
     }
     return fromUrl(url[0]!);
   }
+  if (typeof url === 'string' && /^zk:\/\//i.test(url) && url.length <= 4096) return zookeeperFromUrl(url);
+  if (typeof url === 'string' && /^etcds?:\/\//i.test(url)) return etcdBackend(url);
   const u = parse(url);
   switch (u.protocol) {
     case 'memory:': {
@@ -123,9 +173,14 @@ export async function fromUrl(url: string | readonly string[]): Promise<Backend>
     }
     case 'redis:':
     case 'rediss:': {
+      // leasehold's own `?session=1` is taken off before the URL reaches the client
+      const { sessionParam } = await import('./redis-urls.js');
+      const bad = (why: string) => new InvalidArgumentError(`fromUrl: ${why} in "${redactUrl(url as string)}"`);
+      const session = sessionParam(u.searchParams, bad, false);
+      if (u.searchParams.has('session')) u.searchParams.delete('session');
       const { redis } = await import('./backends/redis/index.js');
-      const c = await redisClient(url as string);
-      return owning(redis(c.client), c.close);
+      const c = await redisClient(session === undefined ? (url as string) : u.href);
+      return owning(redis(c.client, session === undefined ? {} : { session }), c.close);
     }
     case 'postgres:':
     case 'postgresql:': {
@@ -140,28 +195,97 @@ export async function fromUrl(url: string | readonly string[]): Promise<Backend>
           const c = await pool.connect();
           c.release();
         } catch (e) {
-          await pool.end().catch(() => {});
-          throw new BackendError(`could not connect to ${safe}: ${redactUrl(String((e as Error).message))}`);
+          await closeWithin(
+            () => pool.end(),
+            () => {},
+          );
+          throw connectError(safe, url as string, e);
         }
-        return owning(postgres(pool), () => pool.end());
+        return owning(postgres(pool), () =>
+          closeWithin(
+            () => pool.end(),
+            () => {},
+          ),
+        );
       }
       const sql = (mod.default ?? mod)(url, { onnotice: () => {}, connect_timeout: 5 });
       try {
         await sql`select 1`;
       } catch (e) {
-        await sql.end({ timeout: 1 }).catch(() => {});
-        throw new BackendError(`could not connect to ${safe}: ${redactUrl(String((e as Error).message))}`);
+        await closeWithin(
+          () => sql.end({ timeout: 1 }),
+          () => {},
+        );
+        throw connectError(safe, url as string, e);
       }
-      return owning(postgres(sql), () => sql.end({ timeout: 5 }));
-    }
-    case 'zk:':
-    case 'etcd:':
-    case 'sqlite:':
-      throw new LeaseholdError(
-        'LEASEHOLD_UNSUPPORTED',
-        `fromUrl: ${u.protocol}// backends are not available in this version (supported: ${SUPPORTED})`,
+      return owning(postgres(sql), () =>
+        closeWithin(
+          () => sql.end({ timeout: 1 }),
+          () => {},
+        ),
       );
+    }
+    case 'sqlite:': {
+      // sqlite:path, sqlite:/abs/path, sqlite: (the default file in the user's state directory)
+      const { pathFromUrl } = await import('./backends/sqlite/url.js');
+      const path = pathFromUrl(url as string);
+      await load(['better-sqlite3'], url as string);
+      const { sqlite } = await import('./backends/sqlite/index.js');
+      const backend = sqlite(path);
+      await backend.init().catch(async (e: unknown) => {
+        await backend.close();
+        throw e;
+      });
+      return backend;
+    }
     default:
       throw new InvalidArgumentError(`fromUrl: unknown scheme "${u.protocol}" (supported: ${SUPPORTED})`);
+  }
+}
+
+/** zk://host:port[,host:port…][/chroot]: a client of our own, closed by the backend's close(). */
+async function zookeeperFromUrl(url: string): Promise<Backend> {
+  const { parseZkUrl } = await import('./backends/zookeeper/url.js');
+  const { hosts, options } = parseZkUrl(url);
+  await load(['node-zookeeper-client'], url);
+  const { connectZookeeper } = await import('./backends/zookeeper/index.js');
+  try {
+    return await connectZookeeper(hosts, options);
+  } catch (e) {
+    if (e instanceof LeaseholdError && e.code !== 'LEASEHOLD_BACKEND') throw e;
+    throw connectError(url, url, e);
+  }
+}
+
+/** `etcd://h:p[,h:p…][/namespace][?leaseTtl=…]` and `etcds://` (TLS): several members, one client. */
+async function etcdBackend(url: string): Promise<Backend> {
+  const safe = redactUrl(url);
+  if (url.length > 4096) throw new InvalidArgumentError('fromUrl: the URL is longer than 4096 characters');
+  const { parseEtcdUrl } = await import('./backends/etcd/url.js');
+  const o = parseEtcdUrl(url);
+  const { mod } = await load(['etcd3'], safe);
+  const { etcd } = await import('./backends/etcd/index.js');
+  const Etcd3 = mod.Etcd3 ?? mod.default?.Etcd3;
+  const client = new Etcd3({ hosts: o.hosts, dialTimeout: 5000, ...(o.auth ? { auth: o.auth } : {}) });
+  const close = () =>
+    closeWithin(
+      async () => client.close(),
+      () => {},
+    );
+  try {
+    await race(client.maintenance.status(), {
+      ms: 5000,
+      onTimeout: () => new Error('no member answered within 5s'),
+    });
+  } catch (e) {
+    await close();
+    throw connectError(safe, url, e);
+  }
+  try {
+    const scoped = o.namespace ? client.namespace(o.namespace) : client;
+    return owning(etcd(scoped, o.leaseTtl === undefined ? {} : { leaseTtl: o.leaseTtl }), close);
+  } catch (e) {
+    await close();
+    throw e;
   }
 }

@@ -5,12 +5,27 @@ import { InvalidArgumentError } from './errors.js';
 export const MAX_KEY_BYTES = 1024;
 
 export function checkKey(key: unknown, what = 'key'): string {
-  if (typeof key !== 'string') throw new InvalidArgumentError(`${what} must be a string, got ${typeof key}`);
-  if (key.length === 0) throw new InvalidArgumentError(`${what} must not be empty`);
-  const bytes = Buffer.byteLength(key, 'utf8');
-  if (bytes > MAX_KEY_BYTES)
-    throw new InvalidArgumentError(`${what} is ${bytes} UTF-8 bytes; at most ${MAX_KEY_BYTES} are allowed`);
-  return key;
+  return checkString(key, what, MAX_KEY_BYTES);
+}
+
+/**
+ * A string that is stored or sent somewhere: non-empty (unless `allowEmpty`), at most `maxBytes`
+ * UTF-8 bytes, and well-formed UTF-16 — a lone surrogate would become U+FFFD on the way, so
+ * `'a\uD800'` and `'a\uDBFF'` would name the same lock.
+ */
+export function checkString(v: unknown, what: string, maxBytes: number, allowEmpty = false): string {
+  if (typeof v !== 'string') throw new InvalidArgumentError(`${what} must be a string, got ${typeof v}`);
+  if (v.length === 0 && !allowEmpty) throw new InvalidArgumentError(`${what} must not be empty`);
+  if (!(v as string & { isWellFormed(): boolean }).isWellFormed()) {
+    throw new InvalidArgumentError(`${what} is not well-formed UTF-16 (it holds a lone surrogate)`);
+  }
+  // a UTF-16 code unit is at most 3 UTF-8 bytes: short strings need no count
+  if (Number.isFinite(maxBytes) && v.length * 3 > maxBytes) {
+    const bytes = Buffer.byteLength(v, 'utf8');
+    if (bytes > maxBytes)
+      throw new InvalidArgumentError(`${what} is ${bytes} UTF-8 bytes; at most ${maxBytes} are allowed`);
+  }
+  return v;
 }
 
 /** Rejects anything but a plain object (or undefined) and any option name not in `allowed`. */
@@ -38,7 +53,20 @@ export function checkBoolean(v: unknown, name: string): boolean | undefined {
   return v;
 }
 
+const TOKEN_BYTES = 18;
+/** CSPRNG bytes for this many tokens are drawn at once (as `crypto.randomUUID` caches entropy). */
+const POOL_TOKENS = 128;
+let pool = Buffer.alloc(0);
+let offset = 0;
+
 /** A fresh secret token: 144 random bits from the CSPRNG, base64url. */
 export function newToken(): string {
-  return randomBytes(18).toString('base64url');
+  if (offset + TOKEN_BYTES > pool.length) {
+    pool = randomBytes(TOKEN_BYTES * POOL_TOKENS);
+    offset = 0;
+  }
+  const token = pool.toString('base64url', offset, offset + TOKEN_BYTES);
+  pool.fill(0, offset, offset + TOKEN_BYTES); // handed out: not kept in the pool
+  offset += TOKEN_BYTES;
+  return token;
 }

@@ -1,6 +1,9 @@
 /** Client connections (loopback only) and the optional leasehold backends, loaded when present. */
+import { moduleHref } from './leasehold.js';
+import { Etcd3 } from 'etcd3';
 import { Redis, type RedisOptions } from 'ioredis';
 import pg from 'pg';
+import postgresJs from 'postgres';
 import { createClient } from 'redis';
 import { errText, within } from './stats.js';
 
@@ -49,6 +52,26 @@ export async function closeNodeRedis(c: NodeRedis): Promise<void> {
   }
 }
 
+/** The single etcd member of scripts/services.d/etcd.sh (LEASEHOLD_ETCD_HOSTS: host:port,…). */
+export const ETCD_HOSTS = (process.env.LEASEHOLD_ETCD_HOSTS ?? `${HOST}:2379`).split(',');
+
+/** An etcd3 client, checked with one call (fails fast when etcd is down). */
+export async function etcdClient(): Promise<Etcd3> {
+  const c = new Etcd3({ hosts: ETCD_HOSTS.map((h) => `http://${h}`), dialTimeout: 2000 });
+  try {
+    await within(c.maintenance.status(), 3000, 'etcd status');
+  } catch (e) {
+    c.close();
+    throw new Error(
+      `etcd on ${ETCD_HOSTS.join(',')} is not reachable (run \`bash scripts/services.sh\`): ${errText(e)}`,
+      {
+        cause: e,
+      },
+    );
+  }
+  return c;
+}
+
 export async function pgClient(): Promise<pg.Client> {
   const c = new pg.Client({ connectionString: PG_URL, connectionTimeoutMillis: 3000 });
   c.on('error', () => {});
@@ -62,12 +85,17 @@ export function pgPool(max: number): pg.Pool {
   return p;
 }
 
+/** A postgres.js client (the other Postgres driver leasehold supports), `max` connections. */
+export function postgresJsClient(max: number): postgresJs.Sql {
+  return postgresJs(PG_URL, { max, connect_timeout: 3, onnotice: () => {} });
+}
+
 /** A backend factory that other engineers are still building: present and working, or why not. */
 export type Optional<F> = { ready: true; factory: F } | { ready: false; reason: string };
 
-// Computed specifiers: the bench type-checks and runs whether or not these modules exist yet.
-const REDLOCK_MODULE = new URL('../../src/backends/redlock/index.ts', import.meta.url).href;
-const POSTGRES_MODULE = new URL('../../src/backends/postgres/index.ts', import.meta.url).href;
+// the same build as the rest of the bench measures (lib/leasehold.ts)
+const REDLOCK_MODULE = moduleHref('redlock');
+const POSTGRES_MODULE = moduleHref('postgres');
 
 export type RedlockFactory = (clients: unknown[], opts?: Record<string, unknown>) => any;
 export type PostgresFactory = (pool: unknown, opts?: Record<string, unknown>) => any;

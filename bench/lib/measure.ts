@@ -147,3 +147,28 @@ export function pairedRatio(a: number[], b: number[]): number {
   const rs = a.map((v, i) => v / b[i]!).filter((v) => Number.isFinite(v));
   return rs.length ? percentile(Float64Array.from(rs).sort(), 50) : NaN;
 }
+
+/**
+ * A backend section's sequential rows (floor, leasehold, driver only): one key per subject,
+ * `rounds` interleaved rounds of `perMs` each (fewer and shorter with `quick`).
+ */
+export function sequentialRows(
+  subjects: Subject[],
+  o: { runId: string; tag: string; quick: boolean; perMs: number; log: (s: string) => void },
+): Promise<LatencyResult[]> {
+  const rounds = o.quick ? 2 : 10;
+  const per = o.quick ? Math.min(o.perMs, 150) : o.perMs;
+  o.log(`sequential: ${subjects.map((s) => s.name).join(', ')} × ${rounds} rounds × ${per}ms`);
+  return interleaved(
+    subjects,
+    rounds,
+    (s) => ({
+      keys: [`bench:${o.runId}:${o.tag}:${s.name.replace(/\W+/g, '-')}`],
+      durationMs: per,
+      maxOps: 1_000_000,
+      opTimeoutMs: 10_000,
+    }),
+    o.quick ? 100 : 300,
+    () => {},
+  );
+}

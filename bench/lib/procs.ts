@@ -1,5 +1,5 @@
 /**
- * Processes the bench owns: extra redis-server instances (ports 7201.., 7301..) and forked
+ * Processes the bench owns: extra redis-server instances (on free ports) and forked
  * workers. Everything started here is registered and killed on exit — normal, thrown, or on
  * SIGINT/SIGTERM. A leftover server from an earlier crashed run is recognised by its pidfile
  * and command line and removed; a port held by anything else is never touched.

@@ -5,10 +5,14 @@
  */
 import { randomBytes } from 'node:crypto';
 import { Redlock } from '@sesamecare-oss/redlock';
+import Database from 'better-sqlite3';
+import type { Etcd3 } from 'etcd3';
 import type { Redis } from 'ioredis';
 import type pg from 'pg';
+import type postgresJs from 'postgres';
 import { Mutex, RedlockMutex } from 'redis-semaphore';
-import { createLocks, type Backend, type Locks } from '../../src/index.js';
+import type { Backend, Locks } from '../../src/index.js';
+import { createLocks } from './leasehold.js';
 import { advisoryKeyOf } from './pgkey.js';
 
 export interface Held {
@@ -45,6 +49,58 @@ export async function floorSubject(client: Redis, ttlMs: number): Promise<Subjec
       const token = randomBytes(16).toString('base64url');
       if ((await client.set(key, token, 'PX', ttlMs, 'NX')) !== 'OK') throw new Error(`floor: ${key} is held`);
       return { release: () => cad.call(client, key, token) };
+    },
+    close: async () => {},
+  };
+}
+
+/**
+ * Diagnostic floor for a fair hand-off (section 2): the lock is a token passed round-robin
+ * between the workers, each blocked in `BLPOP` on a list of its own; a release is one `RPUSH` to
+ * the next worker's list. Every grant goes to another process (100 % holder switches), with one
+ * command per grant plus the blocked pop: what a fair hand-off costs at the least on this machine.
+ * Not a lock (no TTL, no fence, no queue of arrivals); worker 0 holds the first turn.
+ */
+export function fairFloorSubject(
+  client: Redis,
+  blocking: Redis,
+  index: number,
+  workers: number,
+  waitMs: number,
+): Subject {
+  const turn = (key: string, i: number) => `${key}:turn:${i % workers}`;
+  return {
+    name: 'raw fair hand-off (diagnostic floor)',
+    async acquire(key) {
+      const until = performance.now() + waitMs;
+      while ((await blocking.blpop(turn(key, index), 1)) === null) {
+        if (performance.now() > until) throw new Error(`fair floor: no turn for worker ${index} within ${waitMs} ms`);
+      }
+      return { release: () => client.rpush(turn(key, index + 1), '1') };
+    },
+    close: async () => {},
+  };
+}
+
+/**
+ * Diagnostic: the same floor on node-redis (`SET NX PX` + `EVALSHA` compare-and-delete through
+ * `sendCommand`), to tell node-redis's own cost from leasehold's on that client.
+ */
+export async function nodeRedisFloorSubject(
+  client: {
+    sendCommand(args: string[]): Promise<unknown>;
+  },
+  ttlMs: number,
+): Promise<Subject> {
+  const lua = "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0";
+  const sha = String(await client.sendCommand(['SCRIPT', 'LOAD', lua]));
+  return {
+    name: 'raw node-redis (diagnostic floor)',
+    async acquire(key) {
+      const token = randomBytes(16).toString('base64url');
+      if ((await client.sendCommand(['SET', key, token, 'PX', String(ttlMs), 'NX'])) !== 'OK')
+        throw new Error(`node-redis floor: ${key} is held`);
+      return { release: () => client.sendCommand(['EVALSHA', sha, '1', key, token]) };
     },
     close: async () => {},
   };
@@ -131,6 +187,20 @@ export function pgRawSubject(client: pg.Client, mode: 'try' | 'block'): Subject 
   };
 }
 
+/** The floor on postgres.js: pg_try_advisory_lock / pg_advisory_unlock on one reserved connection. */
+export function pgjsRawSubject(sql: postgresJs.ReservedSql): Subject {
+  return {
+    name: 'raw pg_try_advisory_lock on postgres.js',
+    async acquire(key) {
+      const k = advisoryKeyOf(key);
+      const r = await sql`SELECT pg_try_advisory_lock(${k}::int8) AS ok`;
+      if (r[0]?.ok !== true) throw new Error(`postgres.js floor: ${key} is held`);
+      return { release: () => sql`SELECT pg_advisory_unlock(${k}::int8)` };
+    },
+    close: async () => sql.release(),
+  };
+}
+
 /**
  * Diagnostic: leasehold's driver alone — the backend's acquire and release scripts with a fresh
  * token, none of the engine (validation, deadlines, signals, renewal, events). The gap between
@@ -147,5 +217,49 @@ export function driverSubject(name: string, backend: Backend, ttlMs: number): Su
       return { release: () => backend.release(full, token) };
     },
     close: () => backend.close(),
+  };
+}
+
+/**
+ * The etcd floor: one put and one delete of the key on the same client (two round trips, each
+ * write one raft commit and fsync). No lease, no queue, no ownership check: the least any lock
+ * on etcd writes.
+ */
+export function etcdRawSubject(client: Etcd3): Subject {
+  return {
+    name: 'raw etcd put + delete (floor)',
+    async acquire(key) {
+      const k = Buffer.from(`bench-raw/${key}`);
+      await client.kv.put({ key: k, value: randomBytes(16) });
+      return { release: () => client.kv.deleteRange({ key: k }) };
+    },
+    close: async () => {},
+  };
+}
+
+/** Creates the raw subject's file in WAL mode, so that the processes that open it never switch modes at once. */
+export function prepareSqliteFile(path: string): void {
+  const db = new Database(path);
+  db.pragma('journal_mode = WAL');
+  db.close();
+}
+
+/**
+ * What a user gets from SQLite alone: the lock is a write transaction (`BEGIN IMMEDIATE`), held
+ * for the critical section; a waiter sits in SQLite's own busy handler (busy_timeout 5 s, which
+ * sleeps and retries inside the call, blocking the process). No fence, no fairness.
+ */
+export function sqliteRawSubject(path: string): Subject {
+  const db = new Database(path, { timeout: 5000 });
+  if (db.pragma('journal_mode', { simple: true }) !== 'wal') db.pragma('journal_mode = WAL');
+  const begin = db.prepare('BEGIN IMMEDIATE');
+  const commit = db.prepare('COMMIT');
+  return {
+    name: 'raw SQLite BEGIN IMMEDIATE (busy_timeout)',
+    async acquire() {
+      begin.run();
+      return { release: async () => commit.run() };
+    },
+    close: async () => void db.close(),
   };
 }

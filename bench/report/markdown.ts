@@ -155,7 +155,8 @@ export function markdown(r: Results, chartFile: string): string {
     for (const x of s.results) {
       L.push(
         row([
-          x.lib,
+          (x.nodes ? `${x.lib} (${x.nodes} masters; round trips per node)` : x.lib) +
+            (x.n !== s.n ? ` (${x.n} leases)` : ''),
           `${x.renewEveryMs} ms`,
           x.redisCommandsPerSec,
           x.renewalsPerSec,
@@ -169,6 +170,17 @@ export function markdown(r: Results, chartFile: string): string {
       );
     }
     for (const f of s.failures) L.push(`- ${f.lib} failed: ${f.error}`);
+    L.push('');
+    const peer = s.results.find((x) => x.lib === 'redis-semaphore');
+    for (const x of s.results.filter((y) => y.lib === 'leasehold-session')) {
+      if (!peer) break;
+      const q = (a: number, b: number) => (b > 0 ? `${(a / b).toFixed(2)}×` : 'n/a');
+      L.push(
+        `- leasehold-session, ${x.n} leases: client CPU ${q(x.clientCpuPct, peer.clientCpuPct)} and Redis CPU ` +
+          `${q(x.redisCpuPct, peer.redisCpuPct)} redis-semaphore's at ${peer.n} (goal ≤ 0.2×), ` +
+          `${x.roundTripsPerTick} round trips per tick, ${x.lost} lost`,
+      );
+    }
     L.push('');
     L.push('Redis commands/s counts the commands run inside scripts too (Redis 7 `total_commands_processed`).');
     L.push('');
@@ -187,6 +199,37 @@ export function markdown(r: Results, chartFile: string): string {
       L.push(...contendedRows(pgRuns), '');
     }
     if (p.error) L.push(`Error: ${p.error}`, '');
+  }
+  if (r.zookeeper) {
+    const z = r.zookeeper;
+    L.push('## 6. ZooKeeper');
+    L.push('');
+    L.push(`Sequential acquire+release on ${z.hosts} (standalone; raw: create + delete of an EPHEMERAL node):`, '');
+    L.push(...head(lh), ...latencyRows(z.sequential, z.sequential[0]));
+    L.push('');
+    const zkRuns = r.contended?.runs.filter((c) => c.lib.includes('zk')) ?? [];
+    if (zkRuns.length) {
+      L.push('Contended handoff, as in 2:', '');
+      L.push(...contendedRows(zkRuns), '');
+    }
+    if (z.error) L.push(`Error: ${z.error}`, '');
+  }
+  if (r.etcd) {
+    const e = r.etcd;
+    L.push('## 7. etcd');
+    L.push('');
+    L.push(
+      `Sequential acquire+release on one etcd ${e.version} member (${e.hosts.join(', ')}); the floor is one put + one delete on the same client:`,
+      '',
+    );
+    L.push(...head(lh), ...latencyRows(e.sequential, e.sequential[0]));
+    L.push('');
+    const etcdRuns = e.contended ?? [];
+    if (etcdRuns.length) {
+      L.push('Contended handoff, as in 2:', '');
+      L.push(...contendedRows(etcdRuns), '');
+    }
+    if (e.error) L.push(`Error: ${e.error}`, '');
   }
   L.push('## Not run');
   L.push('');

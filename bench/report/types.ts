@@ -1,6 +1,8 @@
 /** The shape of bench/results/<date>-<host>.json. */
 import type { ContendedOptions, ContendedRun } from '../sections/contended.js';
+import type { EtcdSection } from '../sections/etcd.js';
 import type { PostgresSection } from '../sections/postgres.js';
+import type { ZookeeperSection } from '../sections/zookeeper.js';
 import type { RedlockResult } from '../sections/redlock.js';
 import type { ScaleSection } from '../sections/scale.js';
 import type { UncontendedResult } from '../sections/uncontended.js';
@@ -46,5 +48,7 @@ export interface Results {
   redlock?: RedlockResult;
   scale?: ScaleSection;
   postgres?: PostgresSection;
+  zookeeper?: ZookeeperSection;
+  etcd?: EtcdSection;
   errors: { section: string; error: string }[];
 }

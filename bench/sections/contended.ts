@@ -3,14 +3,19 @@
  * number of grants in total (an equal share per worker). Waits are timed on the workers.
  */
 import type { ChildProcess } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { ioredis, purge, quit } from '../lib/clients.js';
+import { prepareSqliteFile } from '../lib/subjects.js';
 import type { Ctx } from '../lib/ctx.js';
 import { forkTs, stopChild } from '../lib/procs.js';
 import { percentile, round, roundSummary, summarize, type Summary } from '../lib/stats.js';
 import type { FromWorker, ToWorker, WorkerLib, WorkerResult, WorkerSpec } from '../worker.js';
 
 const WORKER = fileURLToPath(new URL('../worker.ts', import.meta.url));
+const PROFILE = process.env.LEASEHOLD_BENCH_PROFILE;
 
 export interface ContendedRun {
   lib: WorkerLib;
@@ -77,8 +82,11 @@ const tell = (w: ChildProcess, m: ToWorker) => w.send(m);
 class Pool {
   private constructor(readonly workers: ChildProcess[]) {}
 
-  static start(n: number): Pool {
-    return new Pool(Array.from({ length: n }, () => forkTs(WORKER)));
+  static start(n: number, lib: string): Pool {
+    // LEASEHOLD_BENCH_PROFILE=<dir>: a pool per library, each worker writing a V8 CPU profile
+    // into <dir>/<lib>/ when it exits
+    const argv = PROFILE ? ['--cpu-prof', `--cpu-prof-dir=${join(PROFILE, lib)}`] : [];
+    return new Pool(Array.from({ length: n }, () => forkTs(WORKER, [], argv)));
   }
 
   async run(specOf: (i: number) => WorkerSpec, setupMs: number, runMs: number): Promise<WorkerResult[]> {
@@ -170,9 +178,13 @@ export async function contended(
   const admin = await ioredis(o.redisPort ?? 6379);
   try {
     for (const plan of plans) {
-      pool ??= Pool.start(o.workers);
+      pool ??= Pool.start(o.workers, plan.lib);
       const key = `bench:${ctx.runId}:contended:${plan.lib}`;
       const per = Math.ceil(o.grants / o.workers);
+      const dir = plan.lib.includes('sqlite') ? mkdtempSync(join(tmpdir(), 'leasehold-bench-')) : null;
+      // switching a new file to WAL takes an exclusive lock that busy_timeout does not cover: done
+      // once here, before eight processes open it at the same moment (WAL mode is kept in the file)
+      if (dir && plan.lib === 'sqlite-raw') prepareSqliteFile(join(dir, 'locks.db'));
       ctx.log(`${plan.name}: ${o.workers} processes × ${per} grants, cs ${o.csMs}ms`);
       try {
         const results = await pool.run(
@@ -181,13 +193,15 @@ export async function contended(
             index,
             key,
             count: per,
+            workers: o.workers,
             csMs: o.csMs,
             deadlineMs: o.deadlineMs,
             ttlMs: 5_000,
             waitMs: o.deadlineMs,
             redisPort: o.redisPort ?? 6379,
+            ...(dir ? { sqlitePath: join(dir, 'locks.db') } : {}),
           }),
-          30_000,
+          60_000, // a worker that loads tsx and its clients on a busy 2-core machine can take tens of seconds
           o.deadlineMs + 15_000,
         );
         const run = aggregate(plan, results);
@@ -202,6 +216,12 @@ export async function contended(
         ctx.log(`  failed: ${failures.at(-1)!.error}`);
         await pool.close();
         pool = null;
+      } finally {
+        if (dir) rmSync(dir, { recursive: true, force: true });
+        if (PROFILE && pool) {
+          await pool.close(); // the profiles are written as the workers exit
+          pool = null;
+        }
       }
     }
   } finally {

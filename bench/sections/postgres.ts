@@ -1,9 +1,17 @@
 /** 5a. Postgres: leasehold postgres(pool) acquire+release vs raw advisory locks on one connection. */
-import { loadPostgres, pgClient, pgPool, probe, type Optional, type PostgresFactory } from '../lib/clients.js';
+import {
+  loadPostgres,
+  pgClient,
+  pgPool,
+  postgresJsClient,
+  probe,
+  type Optional,
+  type PostgresFactory,
+} from '../lib/clients.js';
 import type { Ctx } from '../lib/ctx.js';
-import { interleaved, type LatencyResult } from '../lib/measure.js';
+import { sequentialRows, type LatencyResult } from '../lib/measure.js';
 import { errText } from '../lib/stats.js';
-import { driverSubject, leaseholdSubject, pgRawSubject, type Subject } from '../lib/subjects.js';
+import { driverSubject, leaseholdSubject, pgjsRawSubject, pgRawSubject, type Subject } from '../lib/subjects.js';
 
 export interface PostgresSection {
   ours: { ready: boolean; reason?: string };
@@ -38,6 +46,10 @@ export async function purgePostgres(runId: string): Promise<void> {
     if (t.rows[0]?.ok === true) {
       await c.query('DELETE FROM public.leasehold_fences WHERE starts_with(key, $1)', [`leasehold:bench:${runId}:`]);
     }
+    const h = await c.query("SELECT to_regclass('public.leasehold_holders') IS NOT NULL AS ok");
+    if (h.rows[0]?.ok === true) {
+      await c.query('DELETE FROM public.leasehold_holders WHERE starts_with(key, $1)', [`leasehold:bench:${runId}:`]);
+    }
   } finally {
     await c.end();
   }
@@ -52,27 +64,25 @@ export async function postgresSection(ctx: Ctx, ours: Optional<PostgresFactory>)
   const raw = await pgClient();
   const pool = pgPool(POOL_MAX);
   const pool2 = pgPool(POOL_MAX);
+  // postgres.js, the other supported driver: its own floor and leasehold on it (after the pg rows,
+  // which P5 reads)
+  const js = postgresJsClient(POOL_MAX);
+  const jsRaw = postgresJsClient(1);
   const subjects: Subject[] = [pgRawSubject(raw, 'try')];
   if (ours.ready) {
     subjects.push(leaseholdSubject('leasehold postgres()', ours.factory(pool), times));
     subjects.push(driverSubject('leasehold postgres() driver only (diagnostic)', ours.factory(pool2), times.ttlMs));
+    subjects.push(pgjsRawSubject(await jsRaw.reserve()));
+    subjects.push(leaseholdSubject('leasehold postgres() on postgres.js', ours.factory(js), times));
   }
-  const rounds = ctx.quick ? 2 : 10;
-  const per = ctx.quick ? 120 : 250;
   try {
-    ctx.log(`sequential: ${subjects.map((s) => s.name).join(', ')} × ${rounds} rounds × ${per}ms`);
-    out.sequential = await interleaved(
-      subjects,
-      rounds,
-      (s) => ({
-        keys: [`bench:${ctx.runId}:pg:${s.name.replace(/\W+/g, '-')}`],
-        durationMs: per,
-        maxOps: 1_000_000,
-        opTimeoutMs: 10_000,
-      }),
-      ctx.quick ? 100 : 300,
-      () => {},
-    );
+    out.sequential = await sequentialRows(subjects, {
+      runId: ctx.runId,
+      tag: 'pg',
+      quick: ctx.quick,
+      perMs: 250,
+      log: (x) => ctx.log(x),
+    });
   } catch (e) {
     out.error = errText(e);
   } finally {
@@ -80,6 +90,8 @@ export async function postgresSection(ctx: Ctx, ours: Optional<PostgresFactory>)
     await raw.end().catch(() => {});
     await pool.end().catch(() => {});
     await pool2.end().catch(() => {});
+    await js.end({ timeout: 2 }).catch(() => {});
+    await jsRaw.end({ timeout: 2 }).catch(() => {});
     await purgePostgres(ctx.runId).catch(() => {});
   }
   return out;

@@ -1,11 +1,12 @@
 /**
  * 3. Redlock over 3 and 5 independent nodes (7001..7005) vs a single node, and 5 nodes of which
- * one (our own redis-server on 7201) is stalled with SIGSTOP. Acquire and release are timed
+ * one (our own redis-server on a free port) is stalled with SIGSTOP. Acquire and release are timed
  * separately; sequential, one key per subject.
  */
 import type { Redis } from 'ioredis';
-import { redis } from '../../src/backends/redis/index.js';
+import { redis } from '../lib/leasehold.js';
 import { ioredis, probe, purge, quit, type Optional, type RedlockFactory, loadRedlock } from '../lib/clients.js';
+import { freePort } from '../../test/support/ports.js';
 import type { Ctx } from '../lib/ctx.js';
 import { interleaved, type LatencyResult } from '../lib/measure.js';
 import { onCleanup, RedisServer } from '../lib/procs.js';
@@ -20,7 +21,6 @@ import {
 } from '../lib/subjects.js';
 
 export const SHARED = [7001, 7002, 7003, 7004, 7005];
-export const STALL_PORT = 7201;
 /** ioredis per-command timeout in the stall scenario, for every library (see docs/benchmarks.md). */
 export const STALL_COMMAND_TIMEOUT_MS = 1000;
 
@@ -54,9 +54,9 @@ function subjects(
 ): Subject[] {
   const out: Subject[] = [];
   if (single) {
-    out.push(leaseholdSubject(`${LIBS.ours} redis()`, redis(per.ours![0]), times));
+    out.push(leaseholdSubject(`${LIBS.ours} redis()`, redis(per.ours![0]!), times));
     if (diag)
-      out.push(driverSubject(`${LIBS.ours} redis() driver only (diagnostic)`, redis(per.diag![0]), times.ttlMs));
+      out.push(driverSubject(`${LIBS.ours} redis() driver only (diagnostic)`, redis(per.diag![0]!), times.ttlMs));
     out.push(sesamecareSubject(`${LIBS.sesamecare}`, per.sesamecare!, times, false));
     out.push(semaphoreMutexSubject(`${LIBS.semaphore} Mutex`, per.semaphore![0]!, times));
   } else {
@@ -142,9 +142,10 @@ export async function redlockSection(ctx: Ctx): Promise<RedlockResult> {
         results: results.filter((_, i) => flat[i]!.g === g),
       });
     }
-    result.stall = { port: STALL_PORT, commandTimeoutMs: STALL_COMMAND_TIMEOUT_MS };
+    const stallPort = await freePort();
+    result.stall = { port: stallPort, commandTimeoutMs: STALL_COMMAND_TIMEOUT_MS };
     try {
-      await stallScenario(ctx, ours, result, key);
+      await stallScenario(ctx, ours, result, key, stallPort);
     } catch (e) {
       result.stall.error = errText(e);
       ctx.log(`stall scenario failed: ${result.stall.error}`);
@@ -162,11 +163,12 @@ async function stallScenario(
   ours: Optional<RedlockFactory>,
   result: RedlockResult,
   key: (s: Subject, setup: string) => string,
+  stallPort: number,
 ): Promise<void> {
-  const server = new RedisServer(STALL_PORT);
+  const server = new RedisServer(stallPort);
   onCleanup(() => server.stop());
   await server.start();
-  const ports = [...SHARED.slice(0, 4), STALL_PORT];
+  const ports = [...SHARED.slice(0, 4), stallPort];
   const clients = await clientsFor(ports, { commandTimeout: STALL_COMMAND_TIMEOUT_MS });
   const subs = subjects(ours, clients, false, false);
   const per = ctx.quick ? 300 : 1500;
@@ -178,7 +180,7 @@ async function stallScenario(
     maxErrors: 20,
   });
   try {
-    ctx.log(`5 nodes incl. ${STALL_PORT}, healthy`);
+    ctx.log(`5 nodes incl. ${stallPort}, healthy`);
     const healthy = await interleaved(
       subs,
       1,
@@ -187,7 +189,7 @@ async function stallScenario(
       () => {},
     );
     result.groups.push({ setup: '5 nodes, healthy', ports, results: healthy });
-    ctx.log(`SIGSTOP redis-server ${STALL_PORT} (pid ${server.pid})`);
+    ctx.log(`SIGSTOP redis-server ${stallPort} (pid ${server.pid})`);
     server.pause();
     const stalled = await interleaved(
       subs,

@@ -1,12 +1,34 @@
-/** 4. Scale of held leases: one child process per library on a dedicated redis-server (7301). */
+/**
+ * 4. Scale of held leases: one child process per library on a dedicated redis-server (a free
+ * port), and leasehold on the services' Redis Cluster (7301..) when it is up.
+ */
 import { fileURLToPath } from 'node:url';
+import { Cluster } from 'ioredis';
+import { freePort } from '../../test/support/ports.js';
 import type { Ctx } from '../lib/ctx.js';
 import { forkTs, onCleanup, RedisServer, stopChild } from '../lib/procs.js';
 import { errText } from '../lib/stats.js';
 import type { ScaleResult, ScaleSpec } from '../scale-child.js';
 
 const CHILD = fileURLToPath(new URL('../scale-child.ts', import.meta.url));
-export const SCALE_PORT = 7301;
+
+/** Whether the services' Redis Cluster answers with cluster_state:ok (else its row is not measured). */
+async function clusterUp(): Promise<boolean> {
+  const nodes = (process.env.LEASEHOLD_CLUSTER_NODES ?? '127.0.0.1:7301').split(',').map((hp) => ({
+    host: hp.split(':')[0]!,
+    port: Number(hp.split(':')[1]),
+  }));
+  const c = new Cluster(nodes, { lazyConnect: true, clusterRetryStrategy: () => null });
+  c.on('error', () => {});
+  try {
+    await c.connect();
+    return /cluster_state:ok/.test(String(await c.cluster('INFO')));
+  } catch {
+    return false;
+  } finally {
+    c.disconnect();
+  }
+}
 
 export interface ScaleSection {
   n: number;
@@ -39,17 +61,19 @@ function runChild(spec: ScaleSpec, timeoutMs: number): Promise<ScaleResult> {
 
 export async function scale(ctx: Ctx): Promise<ScaleSection> {
   const n = ctx.quick ? 1_000 : 10_000;
-  const windowMs = ctx.quick ? 3_000 : 30_000;
-  const ttlMs = 3_000;
-  const server = new RedisServer(SCALE_PORT);
+  // --quick (CI's smoke run): three renewal ticks of a 1 s TTL, enough to see renewals work
+  const windowMs = ctx.quick ? 1_000 : 30_000;
+  const ttlMs = ctx.quick ? 1_000 : 3_000;
+  const port = await freePort(); // never a fixed port: a Redis Cluster or another run may hold it
+  const server = new RedisServer(port);
   onCleanup(() => server.stop());
   await server.start();
-  const out: ScaleSection = { n, windowMs, ttlMs, port: SCALE_PORT, results: [], failures: [] };
+  const out: ScaleSection = { n, windowMs, ttlMs, port, results: [], failures: [] };
   try {
     for (const lib of ['leasehold', 'redis-semaphore'] as const) {
       ctx.log(`${lib}: ${n} leases, ttl ${ttlMs}ms, window ${windowMs}ms`);
       try {
-        const r = await runChild({ lib, n, windowMs, ttlMs, port: SCALE_PORT }, windowMs + 60_000);
+        const r = await runChild({ lib, n, windowMs, ttlMs, port }, windowMs + 60_000);
         out.results.push(r);
         ctx.log(
           `  ${r.redisCommandsPerSec} cmd/s, ${r.roundTripsPerSec} round trips/s, client CPU ${r.clientCpuPct}%, ` +
@@ -60,8 +84,39 @@ export async function scale(ctx: Ctx): Promise<ScaleSection> {
         ctx.log(`  failed: ${errText(e)}`);
       }
     }
+    // session renewal (issue #17): the same n, and 10 × n, which must cost no more
+    for (const m of [n, 10 * n]) {
+      ctx.log(`leasehold-session: ${m} leases, ttl ${ttlMs}ms, window ${windowMs}ms`);
+      try {
+        const r = await runChild({ lib: 'leasehold-session', n: m, windowMs, ttlMs, port }, windowMs + 180_000);
+        out.results.push(r);
+        ctx.log(
+          `  ${r.redisCommandsPerSec} cmd/s, ${r.roundTripsPerTick} round trips/tick, client CPU ${r.clientCpuPct}%, ` +
+            `Redis CPU ${r.redisCpuPct}%, heap ${r.heapHeldMB} MB, lost ${r.lost}`,
+        );
+      } catch (e) {
+        out.failures.push({ lib: `leasehold-session (${m})`, error: errText(e) });
+        ctx.log(`  failed: ${errText(e)}`);
+      }
+    }
   } finally {
     await server.stop();
+  }
+  if (await clusterUp()) {
+    ctx.log(`leasehold on Redis Cluster: ${n} leases, ttl ${ttlMs}ms, window ${windowMs}ms`);
+    try {
+      const r = await runChild({ lib: 'leasehold-cluster', n, windowMs, ttlMs, port: 0 }, windowMs + 60_000);
+      out.results.push(r);
+      ctx.log(
+        `  ${r.roundTripsPerTick} round trips per node per tick (${r.nodes} masters), ${r.redisCommandsPerSec} cmd/s, ` +
+          `client CPU ${r.clientCpuPct}%, lost ${r.lost}`,
+      );
+    } catch (e) {
+      out.failures.push({ lib: 'leasehold-cluster', error: errText(e) });
+      ctx.log(`  failed: ${errText(e)}`);
+    }
+  } else {
+    ctx.log('leasehold on Redis Cluster: not measured (no cluster on 7301..; bash scripts/services.sh cluster)');
   }
   return out;
 }

@@ -1,11 +1,12 @@
 /** 1. Uncontended acquire+release on one Redis: sequential and 64 keys in parallel. */
-import { redis } from '../../src/backends/redis/index.js';
+import { redis } from '../lib/leasehold.js';
 import { closeNodeRedis, ioredis, nodeRedis, purge, quit } from '../lib/clients.js';
 import { interleaved, type LatencyResult } from '../lib/measure.js';
 import type { Ctx } from '../lib/ctx.js';
 import {
   driverSubject,
   floorSubject,
+  nodeRedisFloorSubject,
   leaseholdSubject,
   semaphoreMutexSubject,
   sesamecareSubject,
@@ -19,6 +20,7 @@ export const NAMES = {
   sesamecare: '@sesamecare-oss/redlock',
   semaphore: 'redis-semaphore Mutex',
   driver: 'leasehold redis() driver only (diagnostic)',
+  nodeRedisFloor: 'raw node-redis (diagnostic floor)',
 } as const;
 
 export interface UncontendedResult {
@@ -32,13 +34,15 @@ export async function uncontended(ctx: Ctx): Promise<UncontendedResult> {
   const times = { ttlMs: 30_000, waitMs: 5_000 };
   const [a, b, d, e, f, admin] = await Promise.all([1, 2, 3, 4, 5, 6].map(() => ioredis(port)));
   const c = await nodeRedis(port);
+  const g = await nodeRedis(port);
   const subjects: Subject[] = [
     await floorSubject(a!, times.ttlMs),
-    leaseholdSubject(NAMES.ours, redis(b), times),
+    leaseholdSubject(NAMES.ours, redis(b!), times),
     leaseholdSubject(NAMES.oursNodeRedis, redis(c), times),
     sesamecareSubject(NAMES.sesamecare, [d!], times, false),
     semaphoreMutexSubject(NAMES.semaphore, e!, times),
-    driverSubject(NAMES.driver, redis(f), times.ttlMs),
+    driverSubject(NAMES.driver, redis(f!), times.ttlMs),
+    await nodeRedisFloorSubject(g, times.ttlMs),
   ];
   const slug = (s: Subject) => s.name.replace(/[^a-z0-9]+/gi, '-');
   const keys = (s: Subject, n: number) =>
@@ -71,5 +75,6 @@ export async function uncontended(ctx: Ctx): Promise<UncontendedResult> {
     await purge(admin!, `bench:${ctx.runId}:`).catch(() => 0);
     await Promise.allSettled([a, b, d, e, f, admin].map((x) => quit(x!)));
     await closeNodeRedis(c);
+    await closeNodeRedis(g);
   }
 }

@@ -1,21 +1,22 @@
 /**
  * Leader election over any backend that stores a holder value: a campaign is an acquire that
  * waits as long as it takes; the term is the lease (renewed, fenced, signalled on loss).
+ * `elect(name)` without options is an observer: `leader()` and `observe()` work, `campaign()`
+ * is refused.
  */
 import { EventEmitter } from 'node:events';
 import type { Backend } from '../backend.js';
-import { type Duration } from '../duration.js';
+import { toMs, type Duration } from '../duration.js';
 import { InvalidArgumentError, NotLeaderError } from '../errors.js';
 import type { Lease } from '../lease.js';
-import { checkKey, checkOptions, checkSignal } from '../validate.js';
+import { checkKey, checkOptions, checkSignal, checkString } from '../validate.js';
 import { MAX_DURATION_MS } from '../duration.js';
-import { sleep } from '../wait.js';
 
 /** A term of leadership: a lease on the election's key. */
 export type Term = Lease;
 
 export interface ElectOptions {
-  /** What observers see as the leader (e.g. host:port). */
+  /** What observers see as the leader (e.g. host:port). Needed to campaign. */
   value: string;
   /** Lease TTL of a term (default: the Locks' ttl). */
   ttl?: Duration;
@@ -26,8 +27,17 @@ export interface LeaderInfo {
   fence: bigint;
 }
 
+/** The events an election emits, with their arguments. */
+export interface ElectionEvents {
+  /** This candidate became leader: the term (a lease). */
+  elected: [term: Term];
+  /** This candidate's term ended: a `LeaseLostError` when lost, a `NotLeaderError` on resign. */
+  demoted: [reason: unknown];
+}
+
 export interface Election extends EventEmitter {
   readonly name: string;
+  /** True while this candidate holds a live term. */
   readonly isLeader: boolean;
   /** Resolves with the term once this candidate leads; waits as long as it takes. */
   campaign(options?: { signal?: AbortSignal }): Promise<Term>;
@@ -36,10 +46,15 @@ export interface Election extends EventEmitter {
   /** The current leader, or null. */
   leader(): Promise<LeaderInfo | null>;
   /**
-   * The current leader (or null) first, then each change, until `signal` aborts. Pull-based:
-   * changes that happen while the consumer is busy are coalesced into the latest state.
+   * The current leader (or null) first, then each change, until `signal` aborts. Pushed by the
+   * backend on every grant and release; an expiry is noticed by a bounded re-check. Changes that
+   * happen while the consumer is busy coalesce, but the latest state is never lost.
    */
   observe(options?: { signal?: AbortSignal }): AsyncIterableIterator<LeaderInfo | null>;
+  on<E extends keyof ElectionEvents>(event: E, listener: (...args: ElectionEvents[E]) => void): this;
+  once<E extends keyof ElectionEvents>(event: E, listener: (...args: ElectionEvents[E]) => void): this;
+  off<E extends keyof ElectionEvents>(event: E, listener: (...args: ElectionEvents[E]) => void): this;
+  emit<E extends keyof ElectionEvents>(event: E, ...args: ElectionEvents[E]): boolean;
 }
 
 /** What an election needs from its Locks. */
@@ -48,7 +63,14 @@ export interface ElectionHost {
   acquire(key: string, options: { value: string; ttl?: Duration; wait: number; signal?: AbortSignal }): Promise<Lease>;
   inspect(key: string): Promise<{ fence: bigint; remainingMs: number; value?: string } | null>;
   fullKey(key: string): string;
+  /** The backend's watch, bounded like every call; null when the backend cannot push. */
+  watch(key: string, onChange: () => void, signal?: AbortSignal): Promise<(() => void) | null>;
 }
+
+/** Longest an observer goes without re-reading, when nothing is pushed (an expiry, a lost message). */
+const RECHECK_MS = 1000;
+/** Re-read interval of a backend that cannot push changes at all. */
+const POLL_MS = 100;
 
 export class ElectionImpl extends EventEmitter implements Election {
   private term: Lease | null = null;
@@ -57,7 +79,7 @@ export class ElectionImpl extends EventEmitter implements Election {
   constructor(
     private readonly host: ElectionHost,
     readonly name: string,
-    private readonly opts: ElectOptions,
+    private readonly opts: ElectOptions | null,
   ) {
     super();
     this.key = `election:${name}`;
@@ -65,9 +87,12 @@ export class ElectionImpl extends EventEmitter implements Election {
 
   static create(host: ElectionHost, name: unknown, options: unknown): ElectionImpl {
     checkKey(name, 'election name');
+    if (options === undefined) return new ElectionImpl(host, name as string, null);
     const o = checkOptions<ElectOptions>(options, ['value', 'ttl'], 'elect');
     if (typeof o.value !== 'string')
       throw new InvalidArgumentError('elect: value must be a string (what observers see)');
+    checkString(o.value, 'elect: value', Infinity, true);
+    if (o.ttl !== undefined) toMs(o.ttl, 'elect: ttl');
     if (!host.backend.capabilities.value) {
       throw new InvalidArgumentError(`elect: the ${host.backend.name} backend cannot store a leader value`);
     }
@@ -81,6 +106,11 @@ export class ElectionImpl extends EventEmitter implements Election {
   async campaign(options?: { signal?: AbortSignal }): Promise<Term> {
     const o = checkOptions<{ signal: AbortSignal }>(options, ['signal'], 'campaign');
     const signal = checkSignal(o.signal, 'campaign');
+    if (!this.opts) {
+      throw new InvalidArgumentError(
+        `campaign: a candidate needs a value — this handle of "${this.name}" only observes (elect(name, { value }))`,
+      );
+    }
     if (this.term?.held) return this.term;
     for (;;) {
       try {
@@ -95,7 +125,13 @@ export class ElectionImpl extends EventEmitter implements Election {
           'abort',
           () => {
             if (this.term === term) this.term = null;
-            this.emit('demoted', term.signal.reason);
+            const reason = term.signal.reason;
+            this.emit(
+              'demoted',
+              reason instanceof Error && reason.name !== 'AbortError'
+                ? reason
+                : new NotLeaderError(`resigned the leadership of "${this.name}"`),
+            );
           },
           { once: true },
         );
@@ -122,19 +158,45 @@ export class ElectionImpl extends EventEmitter implements Election {
   async *observe(options?: { signal?: AbortSignal }): AsyncIterableIterator<LeaderInfo | null> {
     const o = checkOptions<{ signal: AbortSignal }>(options, ['signal'], 'observe');
     const signal = checkSignal(o.signal, 'observe') ?? new AbortController().signal;
-    const backend = this.host.backend;
-    let last: string | undefined;
-    while (!signal.aborted) {
-      const info = await this.host.inspect(this.key);
-      const id = info ? `${info.fence}` : 'none';
-      if (id !== last) {
-        last = id;
-        yield info ? { value: info.value ?? '', fence: info.fence } : null;
+    // a change flag set by pushes; the watch is in place before the first read, so nothing is lost
+    let dirty: boolean;
+    let wake: (() => void) | null = null;
+    const poke = () => {
+      dirty = true;
+      wake?.();
+    };
+    const unwatch = await this.host.watch(this.key, poke, signal).catch((e: unknown) => {
+      if (signal.aborted) return null;
+      throw e;
+    });
+    signal.addEventListener('abort', poke, { once: true });
+    try {
+      let last: string | undefined;
+      while (!signal.aborted) {
+        dirty = false;
+        const info = await this.host.inspect(this.key);
+        const id = info ? `${info.fence}` : 'none';
+        if (id !== last) {
+          last = id;
+          yield info ? { value: info.value ?? '', fence: info.fence } : null;
+        }
+        if (dirty || signal.aborted) continue;
+        // an expiry pushes nothing: re-read just after the holder's time runs out
+        const cap = unwatch ? RECHECK_MS : POLL_MS;
+        const bound = info && info.remainingMs >= 0 ? Math.min(cap, info.remainingMs + 5) : cap;
+        await new Promise<void>((resolve) => {
+          const timer = setTimeout(done, Math.max(1, bound));
+          function done() {
+            clearTimeout(timer);
+            wake = null;
+            resolve();
+          }
+          wake = done;
+        });
       }
-      // woken by a release; a new leader or an expiry is seen at the latest after 1s
-      const bound = info && info.remainingMs > 0 ? Math.min(1000, info.remainingMs + 5) : 1000;
-      if (backend.waitForChange) await backend.waitForChange(this.host.fullKey(this.key), signal, bound);
-      else await sleep(Math.min(bound, 250), signal);
+    } finally {
+      signal.removeEventListener('abort', poke);
+      unwatch?.();
     }
   }
 }

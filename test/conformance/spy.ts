@@ -48,8 +48,15 @@ export function spy(inner: Backend): Spy {
     close: () => inner.close(),
   };
   if (inner.leave) s.leave = (k, t) => (s.calls++, inner.leave!(k, t));
+  if (inner.keep) s.keep = (k, t, ms) => (s.calls++, inner.keep!(k, t, ms));
   if (inner.waitForChange) s.waitForChange = (k, sig, ms) => inner.waitForChange!(k, sig, ms);
   if (inner.inspect) s.inspect = (k) => (s.calls++, inner.inspect!(k));
+  if (inner.list) s.list = (p) => (s.calls++, inner.list!(p));
+  if (inner.watch) s.watch = (k, fn) => (s.calls++, inner.watch!(k, fn));
+  if (inner.forceRelease) s.forceRelease = (k) => (s.calls++, inner.forceRelease!(k));
+  if (inner.keep) s.keep = (k, t, ms) => (s.calls++, inner.keep!(k, t, ms));
+  if (inner.renewSessions)
+    s.renewSessions = (ids) => (s.calls++, s.extendBatches.push(ids.length), inner.renewSessions!(ids));
   if (inner.onLost) s.onLost = (cb) => inner.onLost!(cb);
   if (inner.results) s.results = inner.results;
   return s;

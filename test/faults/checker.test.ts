@@ -143,4 +143,20 @@ describe('faults checker', () => {
     const unsignalled = h.filter((e) => e.f !== 'lost');
     expect(checks(check(unsignalled, chain(['1', '0.1'], ['2', '1.2']), 2, opts()))).toEqual(['signal']);
   });
+
+  test('a fault that may break locks (a Redlock minority restarted empty) excuses the overlap, and asks no signal', () => {
+    const h = sorted([
+      ...cycle(0, '1', 10, 40, 800),
+      ev(50, -1, 'info', 'nodes-up-empty', undefined, { nodes: [7401, 7402], mayBreakLocks: true }),
+      ...cycle(1, '2', 52, 120, 130),
+    ]);
+    const v = check(h, chain(['1', '0.1'], ['2', '1.2']), 2, opts({ overlaps: 'expected' }));
+    expect(v.violations).toEqual([]);
+    expect(v.counts.overlapsExcused).toBe(1);
+    // without the fault the same overlap is a violation
+    const plain = h.filter((e) => e.p !== -1);
+    expect(checks(check(plain, chain(['1', '0.1'], ['2', '1.2']), 2, opts({ overlaps: 'expected' })))).toContain(
+      'overlap-valid',
+    );
+  });
 });

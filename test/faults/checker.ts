@@ -17,7 +17,8 @@
  *                   as `lease.remaining()` tells it, moved by each successful renewal) never
  *                   overlaps another hold's valid part. Excused only by a fault that destroys locks
  *                   on the server (a session ended by pg_terminate_backend, a restart without
- *                   persistence) between the two grants.
+ *                   persistence: `losesLocks`) or may break them (a Redlock minority restarted
+ *                   empty: `mayBreakLocks`, no signal due) between the two grants.
  *  signal           every lost lease was signalled (lease.signal aborted with LeaseLostError)
  *                   within one renewal interval (ttl/3) + slack after the loss became detectable:
  *                   - its deadline passed while the holder still held it: detectable at the
@@ -184,8 +185,11 @@ export function check(
     return t;
   };
   const destroyers = history.filter((e) => e.p === -1 && e.value?.losesLocks === true);
+  const breakers = history.filter(
+    (e) => e.p === -1 && (e.value?.losesLocks === true || e.value?.mayBreakLocks === true),
+  );
   const destroyedBetween = (h: Hold, a: number, b: number) =>
-    destroyers.some((e) => {
+    breakers.some((e) => {
       const targets = e.value?.targets;
       return e.t > a && e.t <= b && (!Array.isArray(targets) || targets.includes(h.p));
     });

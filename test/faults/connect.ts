@@ -3,8 +3,10 @@
  * clients the worker owns (through the harness's proxies). Each backend is loaded only when used,
  * so one backend's module being broken never stops the others' scenarios.
  */
-import { Redis } from 'ioredis';
+import { Etcd3 } from 'etcd3';
+import { Cluster, Redis } from 'ioredis';
 import pg from 'pg';
+import 'node-zookeeper-client'; // loaded with the worker, as ioredis and pg are (its first import is slow)
 import type { Backend } from '../../src/backend.js';
 import type { WorkerConfig } from './types.js';
 
@@ -29,6 +31,11 @@ function ioredis(port: number, cfg: WorkerConfig): Redis {
   return c;
 }
 
+// loaded ahead, while the worker waits for its first run: the etcd driver and etcd3's gRPC stack
+// take long enough to load (through tsx, on a busy machine) to eat a short scenario; a failure
+// here is reported by the run that needs it, never by the others
+void import('../../src/backends/etcd/index.js').catch(() => {});
+
 const quit = async (c: Redis) => {
   c.disconnect();
 };
@@ -39,7 +46,8 @@ export async function connect(cfg: WorkerConfig, p: number): Promise<Connected> 
       const { redis } = await import('../../src/backends/redis/index.js');
       const client = ioredis(cfg.endpoints.ports[0]!, cfg);
       await client.connect().catch(() => {}); // a server that is down now comes back later
-      const backend = redis(client);
+      // LEASEHOLD_FAULTS_REDIS_SESSION=1: the same scenarios in session mode (docs/redis.md, "Sessions")
+      const backend = redis(client, { session: process.env.LEASEHOLD_FAULTS_REDIS_SESSION === '1' });
       return {
         backend: cfg.broken === 'release-no-token' ? breakRelease(backend, client) : backend,
         close: () => quit(client),
@@ -51,6 +59,65 @@ export async function connect(cfg: WorkerConfig, p: number): Promise<Connected> 
       await Promise.all(clients.map((c) => c.connect().catch(() => {})));
       const backend = redlock(clients, { nodeTimeout: Math.min(500, cfg.opTimeoutMs) });
       return { backend, close: async () => void (await Promise.all(clients.map(quit))) };
+    }
+    case 'sentinel': {
+      const { redis } = await import('../../src/backends/redis/index.js');
+      const { SENTINEL_MASTER } = await import('../support/sentinel.js');
+      const client = new Redis({
+        sentinels: cfg.endpoints.ports.map((port) => ({ host: '127.0.0.1', port })),
+        name: SENTINEL_MASTER,
+        lazyConnect: true,
+        connectTimeout: 1000,
+        commandTimeout: cfg.opTimeoutMs,
+        maxRetriesPerRequest: 2,
+        retryStrategy: () => 50,
+        enableAutoPipelining: false,
+      });
+      client.on('error', () => {}); // a failover is the point of the exercise
+      await client.connect().catch(() => {});
+      return { backend: redis(client), close: () => quit(client) };
+    }
+    case 'cluster': {
+      const { redis } = await import('../../src/backends/redis/index.js');
+      const client = new Cluster(
+        cfg.endpoints.ports.map((port) => ({ host: '127.0.0.1', port })),
+        {
+          lazyConnect: true,
+          enableAutoPipelining: false,
+          clusterRetryStrategy: () => 100,
+          retryDelayOnFailover: 100,
+          retryDelayOnClusterDown: 100,
+          redisOptions: { connectTimeout: 1000, commandTimeout: cfg.opTimeoutMs, maxRetriesPerRequest: 2 },
+        },
+      );
+      client.on('error', () => {}); // a failover is the point of the exercise
+      await client.connect().catch(() => {});
+      return { backend: redis(client), close: async () => client.disconnect() };
+    }
+    case 'sqlite': {
+      const { sqlite } = await import('../../src/backends/sqlite/index.js');
+      const backend = sqlite(cfg.endpoints.sqlite!, { busyTimeout: cfg.opTimeoutMs });
+      return { backend, close: async () => {} };
+    }
+    case 'zookeeper': {
+      const { connectZookeeper } = await import('../../src/backends/zookeeper/index.js');
+      // the session outlives a lease (ttl ≤ session timeout, as the backend requires)
+      // every member's proxy: the client moves to another member when its own one fails
+      const backend = await connectZookeeper(cfg.endpoints.ports.map((port) => `127.0.0.1:${port}`).join(','), {
+        sessionTimeout: cfg.ttlMs * 2,
+        lazyConnect: true, // a server that is down now comes back later
+      });
+      return { backend, close: async () => {} };
+    }
+    case 'etcd': {
+      const { etcd } = await import('../../src/backends/etcd/index.js');
+      const client = new Etcd3({
+        hosts: cfg.endpoints.ports.map((port) => `http://127.0.0.1:${port}`),
+        dialTimeout: cfg.opTimeoutMs,
+      });
+      // the shortest lease etcd grants (2s): a crashed holder's lock is freed after it
+      const backend = etcd(client, { leaseTtl: '2s' });
+      return { backend, close: async () => client.close() };
     }
     case 'postgres': {
       const { postgres } = await import('../../src/backends/postgres/index.js');

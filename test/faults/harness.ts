@@ -24,6 +24,9 @@ import {
   type WorkerConfig,
 } from './types.js';
 
+/** The longest a run waits after healing for an accepted write before it halts the workers. */
+const SETTLE_MAX_MS = 15_000;
+
 export interface RunOptions {
   durationMs: number;
   workers: number;
@@ -236,7 +239,11 @@ export class Harness {
         history.push({ t: rel(clock()), p: m.p, type: 'info', f: 'crash' });
         record('kill-process', { target: m.p, fault: true });
         members.delete(m.p);
-        replacements.push(this.pool.take().then(start));
+        // a replacement that cannot start (a fork that never got ready) is this run's error, never
+        // an unhandled rejection while the scenario goes on
+        replacements.push(
+          this.pool.take().then(start, (e: unknown) => void errors.push(`replacement for p${m.p}: ${String(e)}`)),
+        );
         this.pool.warm(1);
       },
     };
@@ -261,8 +268,16 @@ export class Harness {
       }
     }
     record('healed');
+    const healedAt = rel(clock());
     await Promise.allSettled(replacements);
     await sleep(o.settleMs ?? o.ttlMs);
+    // and until the healed system has made progress — a write accepted since the heal — within
+    // SETTLE_MAX_MS: a dead holder's lock may outlive a short schedule (etcd's 2 s lease, a
+    // ZooKeeper session), and reconnecting after a blackhole can take longer than a ttl on a busy
+    // machine; a run that halted first would have nothing after its faults to check
+    const progressed = () => history.some((e) => e.f === 'write' && e.type === 'ok' && e.t >= healedAt);
+    const settleEnd = performance.now() + SETTLE_MAX_MS;
+    while (!progressed() && performance.now() < settleEnd) await sleep(20);
     const halting = [...members.values()].map(async (m) => {
       if (!(await m.w.halt(10_000))) {
         errors.push(`p${m.p} did not halt within 10s: killed`);

@@ -30,7 +30,12 @@ export interface Scenario {
   run(ctx: Ctx): Promise<void>;
 }
 
-const ALL: readonly BackendName[] = ['redis', 'redlock', 'postgres'];
+/** The backends with a server behind a proxy (network faults). */
+const ALL: readonly BackendName[] = ['redis', 'redlock', 'postgres', 'zookeeper', 'etcd'];
+/** Process faults only: also the embedded SQLite backend (one host, no server, no network). */
+const PROCESS: readonly BackendName[] = [...ALL, 'sqlite', 'cluster'];
+/** An owned quorum of 3 members behind a proxy each (Env.members). */
+const QUORUM: readonly BackendName[] = ['etcd', 'zookeeper'];
 const between = (ctx: Ctx, lo: number, hi: number) => ctx.rnd.int(Math.round(lo), Math.round(hi));
 
 /** Picks k distinct indexes of n. */
@@ -69,7 +74,7 @@ const majority = (n: number) => Math.floor(n / 2) + 1;
 export const SCENARIOS: readonly Scenario[] = [
   {
     name: 'baseline',
-    backends: ALL,
+    backends: PROCESS,
     overlaps: 'forbidden',
     about: 'no faults: contention only',
     async run(ctx) {
@@ -78,7 +83,7 @@ export const SCENARIOS: readonly Scenario[] = [
   },
   {
     name: 'pause-holder',
-    backends: ALL,
+    backends: PROCESS,
     overlaps: 'expected',
     about: 'SIGSTOP a holder in its read→write gap for 1.3–2.2 × ttl, then SIGCONT',
     async run(ctx) {
@@ -90,7 +95,7 @@ export const SCENARIOS: readonly Scenario[] = [
   },
   {
     name: 'kill-holder',
-    backends: ALL,
+    backends: PROCESS,
     overlaps: 'forbidden',
     kills: true,
     about: 'SIGKILL a holder in its read→write gap; a new process takes its place',
@@ -104,36 +109,42 @@ export const SCENARIOS: readonly Scenario[] = [
   {
     name: 'server-stop',
     longGaps: 0.25,
-    backends: ['redis'],
+    backends: ['redis', 'zookeeper'],
     overlaps: 'expected',
-    about: 'SIGSTOP the Redis server for 0.3–2 × ttl, then SIGCONT (holders cannot renew)',
+    about:
+      'SIGSTOP the lock server (ZooKeeper: every member of the ensemble) for 0.3–2 × ttl, then SIGCONT (holders cannot renew)',
     async run(ctx) {
-      const s = ctx.env.servers[0]!;
+      const all = ctx.env.servers;
+      const ports = all.map((s) => s.port);
       while (await ctx.sleep(between(ctx, ctx.ttlMs * 0.3, ctx.ttlMs))) {
         const ms = between(ctx, ctx.ttlMs * 0.3, ctx.ttlMs * 2);
-        ctx.record('server-stop', { port: s.port, ms, fault: true });
-        s.stop();
+        ctx.record('server-stop', { nodes: ports, ms, fault: true });
+        for (const s of all) s.stop();
         await new Promise((r) => setTimeout(r, ms));
-        s.cont();
-        ctx.record('server-cont', { port: s.port });
+        for (const s of all) s.cont();
+        ctx.record('server-cont', { nodes: ports });
       }
     },
   },
   {
     name: 'server-kill',
     longGaps: 0.25,
-    backends: ['redis'],
+    backends: ['redis', 'zookeeper'],
     overlaps: 'expected',
-    about: 'SIGKILL the Redis server (AOF, fsync always) and restart it after 0.1–2 × ttl',
+    about:
+      'SIGKILL the lock server (Redis: AOF, fsync always; ZooKeeper: every member, each keeping its transaction log) ' +
+      'and restart it after 0.1–2 × ttl',
     async run(ctx) {
-      const s = ctx.env.servers[0]!;
+      const all = ctx.env.servers;
+      const ports = all.map((s) => s.port);
       while (await ctx.sleep(between(ctx, ctx.ttlMs * 0.5, ctx.ttlMs * 1.5))) {
         const ms = between(ctx, ctx.ttlMs * 0.1, ctx.ttlMs * 2);
-        ctx.record('server-kill', { port: s.port, ms, fault: true });
-        await s.kill();
+        ctx.record('server-kill', { nodes: ports, ms, fault: true });
+        await Promise.all(all.map((s) => s.kill()));
         await new Promise((r) => setTimeout(r, ms));
-        await s.start();
-        ctx.record('server-up', { port: s.port });
+        // an ensemble's members wait for each other (a quorum) before they serve: all at once
+        await Promise.all(all.map((s) => s.start()));
+        ctx.record('server-up', { nodes: ports });
       }
     },
   },
@@ -141,11 +152,6 @@ export const SCENARIOS: readonly Scenario[] = [
     name: 'server-restart-empty',
     backends: ['redis'],
     overlaps: 'expected',
-    tortureOnly: true,
-    known:
-      'a Redis restarted without its data loses the locks and the fence counter: fences restart at 1 and ' +
-      'are granted twice (fence-unique, fence-order); the resource rejects the new holders until the ' +
-      'counter climbs past the highest fence it has seen, so no update is lost',
     about: 'SIGKILL the Redis server and restart it empty (no persistence), once',
     async run(ctx) {
       const s = ctx.env.servers[0]!;
@@ -181,6 +187,29 @@ export const SCENARIOS: readonly Scenario[] = [
         }
         for (const i of which) ctx.env.proxies[i]!.setMode({ kind: 'pass' });
         ctx.record('nodes-up', { nodes: ports });
+      }
+    },
+  },
+  {
+    name: 'minority-restart-empty',
+    longGaps: 0.25,
+    backends: ['redlock'],
+    overlaps: 'expected',
+    about:
+      'SIGKILL 2 of 5 nodes and restart them empty at once, without the delay or the re-seed (outside ' +
+      "Redlock's restart rule): a lock can be granted twice, but fences stay unique and ordered (counters seeded from TIME)",
+    async run(ctx) {
+      while (await ctx.sleep(between(ctx, ctx.ttlMs * 0.3, ctx.ttlMs))) {
+        const which = some(ctx, nodesOf(ctx), nodesOf(ctx) - majority(nodesOf(ctx)));
+        const ports = which.map((i) => ctx.env.servers[i]!.port);
+        ctx.record('nodes-kill', { nodes: ports, fault: true });
+        await Promise.all(which.map((i) => ctx.env.servers[i]!.kill()));
+        for (const i of which) {
+          ctx.env.servers[i]!.wipe();
+          await ctx.env.servers[i]!.start();
+        }
+        // a lease held on a bare majority that included them is now on a minority: it may be granted again
+        ctx.record('nodes-up-empty', { nodes: ports, mayBreakLocks: true });
       }
     },
   },
@@ -238,7 +267,7 @@ export const SCENARIOS: readonly Scenario[] = [
       let offset = 0;
       while (await ctx.sleep(between(ctx, ctx.ttlMs * 0.5, ctx.ttlMs * 1.5))) {
         offset += Math.ceil((ctx.ttlMs * 2) / 1000);
-        s.setClock(`+${offset}s`);
+        s.setClock!(`+${offset}s`);
         ctx.record('clock-jump', { port: s.port, offset: `+${offset}s`, fault: true });
       }
     },
@@ -252,8 +281,67 @@ export const SCENARIOS: readonly Scenario[] = [
       while (await ctx.sleep(between(ctx, ctx.ttlMs * 0.3, ctx.ttlMs))) {
         const m = await ctx.waitGap(ctx.ttlMs);
         if (!m) continue;
-        const targets = await ctx.env.terminateHolders!(ctx.fullKey);
-        ctx.record('terminate-backend', { targets, losesLocks: true, fault: targets.length > 0 });
+        // recorded, against the holders it targets, before the terminate is sent: the server frees
+        // the lock (and the next process in its queue holds it) before the statement answers
+        await ctx.env.terminateHolders!(ctx.fullKey, (targets) =>
+          ctx.record('terminate-backend', { targets, losesLocks: true, fault: targets.length > 0 }),
+        );
+      }
+    },
+  },
+  {
+    name: 'member-kill',
+    longGaps: 0.25,
+    backends: QUORUM,
+    overlaps: 'forbidden',
+    about:
+      'SIGKILL one of the 3 members (etcd, ZooKeeper; the leader, or the one a client talks to) and restart it ' +
+      'with its data after 0.5–3 × ttl',
+    async run(ctx) {
+      const m = ctx.env.members!;
+      while (await ctx.sleep(between(ctx, ctx.ttlMs * 0.5, ctx.ttlMs * 1.5))) {
+        const i = ctx.rnd.int(0, m.count - 1);
+        const port = m.port(i);
+        ctx.record('member-kill', { port, fault: true });
+        await m.kill(i);
+        await new Promise((r) => setTimeout(r, between(ctx, ctx.ttlMs * 0.5, ctx.ttlMs * 3)));
+        await m.restart(i);
+        ctx.record('member-up', { port });
+      }
+    },
+  },
+  {
+    name: 'member-stop',
+    longGaps: 0.25,
+    backends: QUORUM,
+    overlaps: 'forbidden',
+    about:
+      'SIGSTOP one of the 3 members (etcd, ZooKeeper) for 0.5–3 × ttl, then SIGCONT (a frozen leader: the others elect anew)',
+    async run(ctx) {
+      const m = ctx.env.members!;
+      while (await ctx.sleep(between(ctx, ctx.ttlMs * 0.5, ctx.ttlMs * 1.5))) {
+        const i = ctx.rnd.int(0, m.count - 1);
+        const port = m.port(i);
+        const ms = between(ctx, ctx.ttlMs * 0.5, ctx.ttlMs * 3);
+        ctx.record('member-stop', { port, ms, fault: true });
+        m.stop(i);
+        await new Promise((r) => setTimeout(r, ms));
+        m.cont(i);
+        ctx.record('member-cont', { port });
+      }
+    },
+  },
+  {
+    name: 'lease-revoke',
+    backends: ['etcd'],
+    overlaps: 'forbidden',
+    about: "an outsider revokes the holder's etcd lease (etcdctl lease revoke): its keys go at once",
+    async run(ctx) {
+      while (await ctx.sleep(between(ctx, ctx.ttlMs * 0.3, ctx.ttlMs))) {
+        const m = await ctx.waitGap(ctx.ttlMs);
+        if (!m) continue;
+        // recorded before the revoke is sent: the next holder may be granted before it returns
+        await ctx.env.revokeHolder!(ctx.fullKey, () => ctx.record('lease-revoke', { losesLocks: true, fault: true }));
       }
     },
   },
@@ -313,6 +401,31 @@ export const SCENARIOS: readonly Scenario[] = [
         const nodes = which.map((i) => ctx.env.proxies[i]!.targetPort);
         ctx.record('proxy-reset', { nodes, fault: true, ...(sessions(ctx) ? { losesLocks: true } : {}) });
         for (const i of which) ctx.env.proxies[i]!.reset();
+      }
+    },
+  },
+  {
+    name: 'failovers',
+    longGaps: 0.25,
+    backends: ['sentinel', 'cluster'],
+    overlaps: 'expected',
+    about:
+      "SIGKILL the master (Sentinel: the master; Cluster: the master serving the lock key's slot) while a " +
+      'holder is in its gap, wait for the promotion, bring the node back as a replica; twice (four times with ' +
+      'a ttl of 1 s or more), whatever the run time',
+    async run(ctx) {
+      const { clusterFailover, failover } = await import('../support/failover.js');
+      const rounds = ctx.ttlMs >= 1000 ? 4 : 2; // CI's ttl is 500 ms
+      for (let i = 0; i < rounds; i++) {
+        await new Promise((r) => setTimeout(r, between(ctx, ctx.ttlMs, ctx.ttlMs * 3)));
+        await ctx.waitGap(ctx.ttlMs * 2); // someone holds the lock (or nobody for a while: kill anyway)
+        // asynchronous replication: a grant not yet on the replica is lost with the master
+        ctx.record('master-kill', { fault: true, mayBreakLocks: true });
+        const { from, to } =
+          ctx.env.backend === 'cluster' ? await clusterFailover(`{${ctx.fullKey}}`) : await failover();
+        ctx.record('promoted', { from, to });
+        await ctx.env.heal();
+        ctx.record('replica-back', { port: from });
       }
     },
   },

@@ -1,5 +1,5 @@
 /**
- * Lock servers the harness owns: redis-server processes on ports 7401+ (loopback only), which the
+ * Lock servers the harness owns: redis-server processes on free ports the OS hands out (loopback only), which the
  * nemeses may SIGSTOP, SIGKILL and restart. The shared servers (6379, 7001..7005, Postgres) are
  * never touched. Each server runs under a tiny shell guard that SIGKILLs it when the harness's
  * pipe closes, so a crashed or killed harness leaves no server behind; `killAllServers()` also
@@ -10,6 +10,7 @@ import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { createConnection } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { freePort } from '../support/ports.js';
 import { sleep } from './types.js';
 
 /** One PING over a raw socket; resolves true on +PONG. */
@@ -40,15 +41,8 @@ function portFree(port: number): Promise<boolean> {
   });
 }
 
-let nextPort = Number(process.env.LEASEHOLD_FAULTS_PORT ?? 7401);
-/** A free port at or above the last one handed out (7401 by default). */
-export async function freePort(): Promise<number> {
-  for (let i = 0; i < 200; i++) {
-    const p = nextPort++;
-    if (await portFree(p)) return p;
-  }
-  throw new Error('no free port found above 7401');
-}
+/** Ports come from the OS (listen on port 0), never a fixed range another run may hold. */
+export { freePort };
 
 const LIBFAKETIME = '/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1';
 const live = new Set<RedisServer>();

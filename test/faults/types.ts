@@ -9,8 +9,17 @@
  * receive times of a ping), and refuses to run otherwise.
  */
 
-export type BackendName = 'redis' | 'redlock' | 'postgres';
-export const BACKENDS: readonly BackendName[] = ['redis', 'redlock', 'postgres'];
+export type BackendName = 'redis' | 'redlock' | 'postgres' | 'sqlite' | 'sentinel' | 'cluster' | 'zookeeper' | 'etcd';
+export const BACKENDS: readonly BackendName[] = [
+  'redis',
+  'redlock',
+  'postgres',
+  'sqlite',
+  'sentinel',
+  'cluster',
+  'zookeeper',
+  'etcd',
+];
 
 /** Where the fenced resource lives: a key on the shared, never-faulted Redis, or a Postgres row. */
 export type ResourceSpec = { kind: 'redis'; port: number; name: string } | { kind: 'postgres'; name: string };
@@ -21,6 +30,8 @@ export interface LockEndpoints {
   ports: number[];
   /** Postgres: the database URL parts (the port is replaced by ports[0]). */
   pg?: { user: string; database: string };
+  /** SQLite: the database file (no server, no proxy: process faults only). */
+  sqlite?: string;
 }
 
 export type Broken = 'release-no-token';

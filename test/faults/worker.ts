@@ -40,7 +40,12 @@ process.on('message', (m: ToWorker) => {
 });
 process.on('disconnect', () => process.exit(0)); // the harness is gone: so are we
 process.on('unhandledRejection', (e) => {
-  send({ kind: 'fatal', p: -1, error: `unhandled rejection: ${errText(e)}` });
+  // with the stack: the rejection's origin is what a report of this needs
+  send({
+    kind: 'fatal',
+    p: -1,
+    error: `unhandled rejection: ${errText(e)}${e instanceof Error ? `\n${e.stack}` : ''}`,
+  });
 });
 
 async function loop(p: number, cfg: WorkerConfig, stop: AbortSignal): Promise<void> {
@@ -87,14 +92,13 @@ async function loop(p: number, cfg: WorkerConfig, stop: AbortSignal): Promise<vo
       const fence = lease.fence.toString();
       leases.set(fence, lease);
       ev('ok', 'acquire', fence, { deadline: deadline(lease) });
-      lease.signal.addEventListener(
-        'abort',
-        () => {
-          const why = lease.signal.reason;
-          if (why instanceof LeaseLostError) ev('info', 'lost', fence, { reason: why.message });
-        },
-        { once: true },
-      );
+      const onAbort = () => {
+        const why = lease.signal.reason;
+        if (why instanceof LeaseLostError) ev('info', 'lost', fence, { reason: why.message });
+      };
+      // a lease granted past its deadline (a starved process) is lost before a listener is added
+      if (lease.signal.aborted) onAbort();
+      else lease.signal.addEventListener('abort', onAbort, { once: true });
       const id = `${p}.${++n}`;
       ev('invoke', 'read', fence, { id });
       let read: Awaited<ReturnType<typeof resource.read>> | null = null;

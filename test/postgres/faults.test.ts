@@ -24,7 +24,8 @@ describe.each(KINDS)('half-open connection (%s)', (kind) => {
       client = new pg.Pool({ connectionString: relay.url, max: 3, connectionTimeoutMillis: 2000 });
       client.on('error', () => {});
     } else {
-      client = postgresJs(relay.url, { max: 3, connect_timeout: 2, onnotice: () => {} });
+      // fetch_types off: postgres.js's own type query on a connection this test cuts would reject unhandled
+      client = postgresJs(relay.url, { max: 3, connect_timeout: 2, onnotice: () => {}, fetch_types: false });
     }
     const key = randomUUID().slice(0, 8);
     const lost: string[] = [];

@@ -3,6 +3,8 @@ import { randomUUID } from 'node:crypto';
 import { afterAll, afterEach, describe, expect, test } from 'vitest';
 import { redis, redisKeys } from '../../src/backends/redis/index.js';
 import { createLocks, InvalidArgumentError, type Locks } from '../../src/index.js';
+import { RedisServer } from '../faults/servers.js';
+import { freePort } from '../support/ports.js';
 import { Clients, type ClientKind } from '../support/redis.js';
 
 const clients = new Clients();
@@ -13,7 +15,10 @@ const adminClient = async () => (admin ??= await clients.make('ioredis'));
 afterEach(async () => {
   await Promise.allSettled(open.splice(0).map((l) => l.close()));
 });
-afterAll(() => clients.closeAll());
+afterAll(async () => {
+  await clients.closeAll();
+  await own?.server.kill();
+});
 
 async function locksOn(kind: ClientKind, opts = {}) {
   const l = createLocks(redis(await clients.make(kind)), { prefix, ...opts });
@@ -21,8 +26,20 @@ async function locksOn(kind: ClientKind, opts = {}) {
   return l;
 }
 
+/** A redis-server of this file's own: its command counters count only what a test sends. */
+let own: { server: RedisServer; url: string; admin: any } | undefined;
+async function ownServer() {
+  if (!own) {
+    const server = new RedisServer(await freePort());
+    await server.start();
+    const url = `redis://127.0.0.1:${server.port}`;
+    own = { server, url, admin: await clients.make('ioredis', url) };
+  }
+  return own;
+}
+
 async function commandCalls(): Promise<Record<string, number>> {
-  const info: string = await (await adminClient()).info('commandstats');
+  const info: string = await (await ownServer()).admin.info('commandstats');
   const out: Record<string, number> = {};
   for (const m of info.matchAll(/^cmdstat_(\w+):calls=(\d+)/gm)) out[m[1]!] = Number(m[2]);
   return out;
@@ -30,7 +47,10 @@ async function commandCalls(): Promise<Record<string, number>> {
 
 describe.each(['ioredis', 'node-redis'] as ClientKind[])('redis backend on %s', (kind) => {
   test('an uncontended acquire + release is two commands: two round trips', async () => {
-    const locks = await locksOn(kind);
+    // counted on a server of its own: the shared one's counters move with whatever else runs
+    const { url } = await ownServer();
+    const locks = createLocks(redis(await clients.make(kind, url)), { prefix });
+    open.push(locks);
     await (await locks.acquire('warm')).release(); // scripts now cached
     const before = await commandCalls();
     const lease = await locks.acquire(`rt-${kind}`);
@@ -59,6 +79,39 @@ describe.each(['ioredis', 'node-redis'] as ClientKind[])('redis backend on %s', 
     expect(Object.keys(delta).filter((c) => c !== 'evalsha' && !insideScripts.includes(c))).toEqual([]);
   });
 
+  test('one renewal of leases of mixed TTLs gives each its own expiry and its own result, in order', async () => {
+    const b = redis(await clients.make(kind));
+    const admin = await adminClient();
+    const keys = Array.from({ length: 7 }, (_, i) => `${prefix}:mix-${kind}-${i}`);
+    const tokens = keys.map(() => randomUUID());
+    try {
+      for (let i = 0; i < keys.length; i++) {
+        expect(await b.acquire(keys[i]!, { token: tokens[i]!, ttlMs: 60_000, value: `v${i}` })).not.toBeNull();
+      }
+      // lease 3 was taken over meanwhile, lease 5 deleted: both must come back false, in their places
+      await admin.set(`{${keys[3]}}`, 'someone-else', 'PX', 60_000);
+      await admin.del(`{${keys[5]}}`);
+      const ttl = (i: number) => [2_000, 20_000, 40_000][i % 3]!;
+      const ok = await b.extend(keys.map((key, i) => ({ key, token: tokens[i]!, ttlMs: ttl(i) })));
+      expect(ok).toEqual([true, true, true, false, true, false, true]);
+      for (const i of [0, 1, 2, 4, 6]) {
+        for (const suffix of ['', ':v']) {
+          const left = Number(await admin.pttl(`{${keys[i]}}${suffix}`));
+          expect(left).toBeLessThanOrEqual(ttl(i));
+          expect(left).toBeGreaterThan(ttl(i) - 1_500);
+        }
+        // the fence counter outlives the lock (fenceIdle, 24 h by default)
+        expect(Number(await admin.pttl(`{${keys[i]}}:fence`))).toBeGreaterThan(3_600_000);
+      }
+      // the taken-over lock is not touched
+      expect(await admin.get(`{${keys[3]}}`)).toBe('someone-else');
+      expect(Number(await admin.pttl(`{${keys[3]}}`))).toBeGreaterThan(50_000);
+    } finally {
+      await b.close();
+      await admin.del(...keys.flatMap((k) => [`{${k}}`, `{${k}}:v`, `{${k}}:fence`]));
+    }
+  });
+
   test('a flushed script cache (NOSCRIPT) falls back to EVAL and keeps working', async () => {
     const locks = await locksOn(kind);
     await (await adminClient()).script('FLUSH');
@@ -74,6 +127,7 @@ describe.each(['ioredis', 'node-redis'] as ClientKind[])('redis backend on %s', 
     const held = await Promise.all(keys.map((k) => a.acquire(k)));
     const pubsubBefore = await pubsubClients();
     const waiting = keys.map((k) => b.acquire(k, { wait: '10s' }));
+    for (const w of waiting) w.catch(() => {}); // may reject before it is awaited below
     // every waiter has been refused once and is now waiting on push
     await new Promise((r) => setTimeout(r, 200));
     expect((await pubsubClients()) - pubsubBefore).toBe(1);
@@ -95,18 +149,19 @@ describe.each(['ioredis', 'node-redis'] as ClientKind[])('redis backend on %s', 
     }
   });
 
-  test('a waiter that died in the queue blocks the next one for at most its TTL', async () => {
+  test('a waiter that died in the queue blocks the next one for at most its place bound', async () => {
     const k = `dead-waiter-${kind}`;
     const full = `${prefix}:${k}`;
     const holder = await locksOn(kind);
     const lease = await holder.acquire(k);
-    // a process queues for the lock, then dies: its place expires after its ttl (700ms)
-    const ghost = redis(await clients.make(kind));
-    expect(await ghost.acquire(full, { token: 'ghost-token-00000000000', ttlMs: 700, queue: true })).toBeNull();
+    // a process queues for the lock, then dies: its place expires after placeTtl (700ms), not its ttl
+    const ghost = redis(await clients.make(kind), { placeTtl: 700 });
+    expect(await ghost.acquire(full, { token: 'ghost-token-00000000000', ttlMs: 60_000, queue: true })).toBeNull();
     await ghost.close();
     const queuedAt = performance.now();
     const next = await locksOn(kind);
     const waiting = next.acquire(k, { wait: '10s', ttl: '3s' });
+    waiting.catch(() => {}); // may reject before it is awaited below
     await lease.release();
     const got = await waiting;
     const took = performance.now() - queuedAt;
@@ -119,9 +174,11 @@ describe.each(['ioredis', 'node-redis'] as ClientKind[])('redis backend on %s', 
 });
 
 test('redis() rejects what is not a Redis client, and unknown options', () => {
-  expect(() => redis({})).toThrow(InvalidArgumentError);
-  expect(() => redis(null)).toThrow(InvalidArgumentError);
+  // a compile error in TypeScript; a JavaScript caller gets the runtime check
+  expect(() => redis({} as never)).toThrow(InvalidArgumentError);
+  expect(() => redis(null as never)).toThrow(InvalidArgumentError);
   expect(() => redis(admin ?? {}, { nope: 1 } as never)).toThrow(InvalidArgumentError);
+  expect(() => redis(admin ?? {}, { placeTtl: 10 })).toThrow(InvalidArgumentError);
 });
 
 async function pubsubClients(): Promise<number> {
@@ -147,7 +204,7 @@ describe('fencedSet', () => {
       await fencedSet(c, key, 'v99', 99n);
       await fencedSet(c, key, 'v100', 100n);
       await expect(fencedSet(c, key, 'stale', 99n)).rejects.toBeInstanceOf(StaleFenceError);
-      expect(await (await adminClient()).get(`{${key}}`)).toBe('v100');
+      expect(await (await adminClient()).get(`leasehold-resource:{${key}}`)).toBe('v100');
       await expect(fencedSet(c, '', 'x', 1n)).rejects.toBeInstanceOf(InvalidArgumentError);
       await expect(fencedSet(c, key, 'x', 1 as never)).rejects.toBeInstanceOf(InvalidArgumentError);
     },

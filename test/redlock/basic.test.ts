@@ -12,6 +12,7 @@ import {
   requireShared,
   SHARED_PORTS,
   token,
+  tokenOf,
 } from './nodes.js';
 
 const run = crypto.randomUUID().slice(0, 8);
@@ -49,7 +50,9 @@ describe.each<[Kind, number]>([
     expect(g).not.toBeNull();
     // A node answering after the quorum joins the grant a moment later (checked before any
     // contender runs: a contender's SET could reach a slow node before ours does).
-    await eventually(async () => (await Promise.all(cs.map((c) => raw(c, 'GET', `{${k}}`)))).every((v) => v === t1));
+    await eventually(async () =>
+      (await Promise.all(cs.map((c) => raw(c, 'GET', `{${k}}`)))).every((v) => tokenOf(v) === t1),
+    );
     expect(await b.acquire(k, { token: token(), ttlMs: 10_000 })).toBeNull();
     expect(await b.release(k, token())).toBe(false);
     expect(await a.release(k, t1)).toBe(true);
@@ -58,8 +61,9 @@ describe.each<[Kind, number]>([
     expect(g2!.fence).toBeGreaterThan(g!.fence);
   });
 
-  it('writes the fence back to every granting node', async () => {
+  it('seeds a new counter from the node clock (µs); fences increase from there', async () => {
     const k = key('fence');
+    const before = BigInt(Date.now() - 1000) * 1000n;
     const fences: bigint[] = [];
     for (let i = 0; i < 5; i++) {
       const t = token();
@@ -67,11 +71,81 @@ describe.each<[Kind, number]>([
       fences.push(g!.fence);
       await (i % 2 ? a : b).release(k, t);
     }
-    expect(fences).toEqual([1n, 2n, 3n, 4n, 5n]);
-    // Round 2 is decided by a majority. A node that answered later may miss the write-back
-    // (the lease was released before its late grant arrived): only the majority is certain.
+    expect(fences[0]! > before).toBe(true);
+    for (let i = 1; i < fences.length; i++) expect(fences[i]! > fences[i - 1]!).toBe(true);
+    expect(fences[4]! < BigInt(Date.now() + 1000) * 1000n).toBe(true);
+    // A grant is complete once a majority stores its fence (in the grant itself, or written back).
+    const last = String(fences[4]);
     const stored = await Promise.all(cs.map((c) => raw(c, 'GET', `{${k}}:fence`)));
-    expect(stored.filter((s) => s === '5').length).toBeGreaterThanOrEqual(Math.floor(count / 2) + 1);
+    expect(stored.filter((s) => s === last).length).toBeGreaterThanOrEqual(Math.floor(count / 2) + 1);
+    // an idle counter expires (default fenceIdle 24h)
+    const pttl = Number(await raw(cs[0]!, 'PTTL', `{${k}}:fence`));
+    expect(pttl).toBeGreaterThan(86_400_000 - 60_000);
+    expect(pttl).toBeLessThanOrEqual(86_400_000);
+  });
+
+  it('fence counters of idle keys expire (fenceIdle); a renewed lease keeps its counter; the next fence is still higher', async () => {
+    const short = redlock(other, { fenceIdle: '1s' });
+    try {
+      const k = key('idle');
+      const t1 = token();
+      const g1 = await short.acquire(k, { token: t1, ttlMs: 400 });
+      const counters = async () =>
+        (await Promise.all(cs.map((c) => raw(c, 'EXISTS', `{${k}}:fence`)))).filter((v) => v === 1).length;
+      // held past fenceIdle by renewals: the counter lives as long as the lease
+      for (let i = 0; i < 6; i++) {
+        await new Promise((r) => setTimeout(r, 200));
+        expect(await short.extend([{ key: k, token: t1, ttlMs: 400 }])).toEqual([true]);
+      }
+      expect(await counters()).toBeGreaterThanOrEqual(Math.floor(count / 2) + 1);
+      expect(await short.release(k, t1)).toBe(true);
+      // idle: every node drops it within fenceIdle
+      await eventually(async () => (await counters()) === 0, 3_000, 'the idle counters to expire');
+      const t2 = token();
+      const g2 = await short.acquire(k, { token: t2, ttlMs: 400 });
+      expect(g2!.fence > g1!.fence).toBe(true); // seeded again from the clock
+      await short.release(k, t2);
+    } finally {
+      await short.close();
+    }
+  });
+
+  it('a grant with counters in step is one round: one script per node, none after', async () => {
+    const k = key('one-round');
+    for (let i = 0; i < 3; i++) {
+      const t = token();
+      await a.acquire(k, { token: t, ttlMs: 5_000 });
+      await a.release(k, t);
+    }
+    const same = await Promise.all(cs.map((c) => raw(c, 'GET', `{${k}}:fence`)));
+    await Promise.all(cs.map((c) => raw(c, 'SET', `{${k}}:fence`, String(same[0]))));
+    let calls = 0;
+    // node-redis scripts go through sendCommand (['EVALSHA', ...]) on a plain client, else evalSha
+    const isScript = (args: unknown[]) => !Array.isArray(args[0]) || /^EVAL/i.test(String(args[0][0]));
+    const restore = cs.flatMap((c) => {
+      const o = c as unknown as Record<string, (...args: unknown[]) => unknown>;
+      const names = kind === 'ioredis' ? ['evalsha'] : ['evalSha', 'sendCommand'];
+      return names.map((name) => {
+        const orig = o[name]!;
+        o[name] = function (this: unknown, ...args: unknown[]) {
+          if (isScript(args)) calls++;
+          return orig.apply(this, args);
+        };
+        return () => (o[name] = orig);
+      });
+    });
+    try {
+      const t = token();
+      const g = await a.acquire(k, { token: t, ttlMs: 5_000 });
+      expect(g!.fence).toBe(BigInt(String(same[0])) + 1n);
+      await eventually(() => calls >= count);
+      await new Promise((r) => setTimeout(r, 50)); // a write-back round would have gone out by now
+      expect(calls).toBe(count);
+      await a.release(k, t);
+      expect(calls).toBe(2 * count);
+    } finally {
+      restore.forEach((r) => r());
+    }
   });
 
   it('takes the max over the granting nodes: a higher counter on any node wins', async () => {
@@ -128,24 +202,79 @@ describe.each<[Kind, number]>([
     await a.release(k, t);
   });
 
-  it('a waiter is woken by the release (pub/sub), long before its maxMs', async () => {
+  it('a queued waiter is woken by the release (one message to its own channel), long before its maxMs', async () => {
     const k = key('wake');
     const t = token();
     await a.acquire(k, { token: t, ttlMs: 20_000 });
+    // a waiting attempt: refused, and b's wake channel is registered in the key's waiter queue
+    expect(await b.acquire(k, { token: token(), ttlMs: 20_000, queue: true })).toBeNull();
     const ac = new AbortController();
+    await b.waitForChange!(k, ac.signal, 15_000); // the first wait subscribes b's channel, and returns
+    const wakeups = (b as unknown as { wakeups: { channel: string; waits: { wakes: Map<string, number> } } }).wakeups;
+    for (const c of cs) {
+      expect(Number(((await raw(c, 'PUBSUB', 'NUMSUB', wakeups.channel)) as unknown[])[1])).toBe(1);
+      expect(await raw(c, 'ZRANGE', `{${k}}:q`, '0', '-1')).toEqual([wakeups.channel]);
+    }
     const start = performance.now();
     const woken = b.waitForChange!(k, ac.signal, 15_000).then(() => performance.now() - start);
-    // Release only once the waiter listens: wait until every node reports a subscriber.
-    const subscribed = async () => {
-      for (const c of cs) {
-        const r = (await raw(c, 'PUBSUB', 'NUMSUB', `{${k}}:released`)) as unknown[];
-        if (Number(r[1]) < 1) return false;
-      }
-      return true;
-    };
-    while (!(await subscribed())) await new Promise((r) => setTimeout(r, 5));
     expect(await a.release(k, t)).toBe(true);
-    expect(await woken).toBeLessThan(5_000);
+    expect(await woken).toBeLessThan(900); // below the waiter's 1 s refresh bound: the message woke it
+    expect(wakeups.waits.wakes.get(k)).toBe(1); // one wake-up, however many nodes sent it
+  });
+
+  it('watch: pushed on a grant and on a release, from the nodes, with the holder value in inspect', async () => {
+    const k = key('watch');
+    let calls = 0;
+    const stop = await b.watch!(k, () => calls++);
+    try {
+      const t = token();
+      const g = await a.acquire(k, { token: t, ttlMs: 10_000, value: 'worker-7' });
+      await eventually(() => calls > 0, 2_000, 'a push for the grant');
+      expect(await b.inspect!(k)).toMatchObject({ key: k, fence: g!.fence, value: 'worker-7' });
+      const before = calls;
+      expect(await a.release(k, t)).toBe(true);
+      await eventually(() => calls > before, 2_000, 'a push for the release');
+      expect(await b.inspect!(k)).toBeNull();
+    } finally {
+      stop();
+    }
+    const after = calls;
+    const t = token();
+    await a.acquire(k, { token: t, ttlMs: 10_000 });
+    await a.release(k, t);
+    await new Promise((r) => setTimeout(r, 50));
+    expect(calls).toBe(after); // unsubscribed
+  });
+
+  it('list: the locks held under a prefix, as inspect shows them', async () => {
+    const base = key('list');
+    const t = token();
+    const g1 = await a.acquire(`${base}:one`, { token: t, ttlMs: 10_000, value: 'v1' });
+    const g2 = await a.acquire(`${base}:two`, { token: t, ttlMs: 10_000 });
+    await a.acquire(`${base}x:other`, { token: t, ttlMs: 10_000 });
+    const seen = [];
+    for await (const info of b.list!(`${base}:`)) seen.push(info);
+    seen.sort((x, y) => (x.key < y.key ? -1 : 1));
+    expect(seen).toEqual([
+      { key: `${base}:one`, fence: g1!.fence, remainingMs: expect.any(Number), value: 'v1' },
+      { key: `${base}:two`, fence: g2!.fence, remainingMs: expect.any(Number) },
+    ]);
+    for (const k of [`${base}:one`, `${base}:two`, `${base}x:other`]) await a.release(k, t);
+  });
+
+  it('results: stored on a majority only by the holder, read back with the latest writer winning', async () => {
+    const k = key('result');
+    const t = token();
+    await a.acquire(k, { token: t, ttlMs: 10_000 });
+    expect(await b.results!.get(k)).toBeNull();
+    expect(await a.results!.put(k, token(), '"not the holder"', 60_000)).toBe(false);
+    expect(await a.results!.put(k, t, '"done"', 60_000)).toBe(true);
+    expect(await b.results!.get(k)).toBe('"done"');
+    await a.release(k, t);
+    expect(await a.results!.put(k, t, '"too late"', 60_000)).toBe(false);
+    expect(await b.results!.get(k)).toBe('"done"'); // outlives the lock
+    const pttl = Number(await raw(cs[0]!, 'PTTL', `{${k}}:result`));
+    expect(pttl).toBeGreaterThan(50_000);
   });
 
   it('a waiter whose lock was released before it subscribed returns at once', async () => {

@@ -2,19 +2,22 @@
  * Fences strictly increase across 1,000 grants, with four contenders (separate backends and
  * clients, ioredis and node-redis) competing on all five nodes, while a different node is frozen
  * every 100 grants so that the majorities, and the counters they write back, keep shifting.
- * Ports 7111..7115, owned by this file.
+ * Ports asked of the OS, owned by this file.
  */
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import type { Backend } from '../../src/backend.js';
 import { redlock } from '../../src/backends/redlock/index.js';
 import { type AnyClient, clients, closeClients, type Kind, type Node, raw, startNodes, token } from './nodes.js';
+import { freePorts } from '../support/ports.js';
 
-const PORTS = [7111, 7112, 7113, 7114, 7115];
+/** Asked of the OS when the file starts (never fixed ports another run may hold). */
+let PORTS: number[] = [];
 let nodes: Node[] = [];
 const cs: AnyClient[] = [];
 const backends: Backend[] = [];
 
 beforeAll(async () => {
+  if (PORTS.length === 0) PORTS = await freePorts(5);
   nodes = await startNodes(PORTS);
   for (const kind of ['ioredis', 'node-redis', 'ioredis', 'node-redis'] as Kind[]) {
     const c = await clients(kind, PORTS);
@@ -72,9 +75,8 @@ it('1,000 grants: never overlapping, fences strictly increasing', { timeout: 120
   for (let i = 1; i < fences.length; i++) {
     if (fences[i]! <= fences[i - 1]!) throw new Error(`fence ${fences[i]} after ${fences[i - 1]} at grant ${i}`);
   }
-  // No node holds a counter above the last fence handed out.
+  // The last fence handed out is stored (or passed: a failed attempt may count on) on a majority.
   const last = fences[fences.length - 1]!;
-  for (const c of cs.slice(0, PORTS.length)) {
-    expect(BigInt(String((await raw(c, 'GET', `{${key}}:fence`)) ?? '0'))).toBeLessThanOrEqual(last);
-  }
+  const counters = await Promise.all(cs.slice(0, PORTS.length).map((c) => raw(c, 'GET', `{${key}}:fence`)));
+  expect(counters.filter((v) => BigInt(String(v ?? '0')) >= last).length).toBeGreaterThanOrEqual(3);
 });

@@ -9,6 +9,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Redis } from 'ioredis';
 import { createClient } from 'redis';
+import type { NodeRedisLike } from '../../src/backends/redis/index.js';
 
 export const SHARED_PORTS = [7001, 7002, 7003, 7004, 7005];
 
@@ -128,7 +129,7 @@ export async function startNodes(ports: readonly number[]): Promise<Node[]> {
 
 export type Kind = 'ioredis' | 'node-redis';
 /** The part of a node-redis client the tests use (its generic type differs per createClient call). */
-export interface NodeRedisClient {
+export interface NodeRedisClient extends NodeRedisLike {
   readonly isOpen: boolean;
   sendCommand(args: string[]): Promise<unknown>;
   destroy(): void;
@@ -152,7 +153,7 @@ export async function clients(kind: Kind, ports: readonly number[]): Promise<Any
     return c;
   });
   await Promise.all(cs.map((c) => c.connect()));
-  return cs as NodeRedisClient[];
+  return cs as unknown as NodeRedisClient[];
 }
 
 export async function closeClients(cs: readonly AnyClient[]): Promise<void> {
@@ -169,3 +170,6 @@ export function raw(c: AnyClient, ...args: string[]): Promise<unknown> {
 }
 
 export const token = () => crypto.randomUUID() + crypto.randomUUID();
+
+/** A node stores the lock as `<16-character attempt id><token>`: the token part of a stored value. */
+export const tokenOf = (stored: unknown) => (typeof stored === 'string' ? stored.slice(16) : null);

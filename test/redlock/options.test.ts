@@ -38,16 +38,21 @@ describe('redlock(clients, opts) validation', () => {
     expect(() => redlock(cs, { nodeTimeout: 'soon' })).toThrow(InvalidArgumentError);
     expect(() => redlock(cs, { nodeTimeout: 0 })).toThrow(InvalidArgumentError);
     expect(() => redlock(cs, null as never)).toThrow(InvalidArgumentError);
-    expect(() => redlock(cs, { nodeTimeout: '250ms', pollInterval: '1s', driftFactor: 0, driftMs: 0 })).not.toThrow();
+    expect(() => redlock(cs, { fenceIdle: '500ms' })).toThrow(/fenceIdle must be at least 1s/);
+    expect(() => redlock(cs, { fenceIdle: -1 })).toThrow(InvalidArgumentError);
+    expect(() =>
+      redlock(cs, { nodeTimeout: '250ms', pollInterval: '1s', driftFactor: 0, driftMs: 0, fenceIdle: '1h' }),
+    ).not.toThrow();
     expect(cs.every((c) => c.status === 'wait')).toBe(true);
   });
 
   it('refuses non-clients and the same node twice (one node counted twice fakes a majority)', () => {
     const cs = lazy([7001, 7002, 7003]);
     expect(() => redlock('redis://x' as never)).toThrow(InvalidArgumentError);
-    expect(() => redlock([cs[0], cs[1], {}])).toThrow(/clients\[2\]/);
-    expect(() => redlock([cs[0], cs[1], cs[0]])).toThrow(/same client/);
-    expect(() => redlock([cs[0], cs[1], ...lazy([7001])])).toThrow(/both point at 127\.0\.0\.1:7001/);
+    // a JavaScript caller gets past the types: the runtime check names the bad entry
+    expect(() => redlock([cs[0]!, cs[1]!, {} as never])).toThrow(/clients\[2\]/);
+    expect(() => redlock([cs[0]!, cs[1]!, cs[0]!])).toThrow(/same client/);
+    expect(() => redlock([cs[0]!, cs[1]!, ...lazy([7001])])).toThrow(/both point at 127\.0\.0\.1:7001/);
   });
 
   it('refuses bad requests before sending anything', async () => {
@@ -58,7 +63,13 @@ describe('redlock(clients, opts) validation', () => {
     await expect(b.acquire('k', { token: 't', ttlMs: 1.5 })).rejects.toThrow(InvalidArgumentError);
     // 2ms of TTL is all drift: the lease could never be valid.
     await expect(b.acquire('k', { token: 't', ttlMs: 2 })).rejects.toThrow(/no validity/);
-    await expect(b.acquire('k', { token: 't', ttlMs: 1000, value: 'v' })).rejects.toThrow(/holder values/);
+    await expect(b.acquire('k', { token: 't', ttlMs: 1000, value: 42 as never })).rejects.toThrow(
+      /value must be a string/,
+    );
+    await expect(b.results!.put('k', '', 'v', 1000)).rejects.toThrow(InvalidArgumentError);
+    await expect(b.results!.put('k', 't', 'v', 0)).rejects.toThrow(InvalidArgumentError);
+    await expect(b.watch!('k', 'not a function' as never)).rejects.toThrow(InvalidArgumentError);
+    expect(() => b.list!(7 as never)).toThrow(InvalidArgumentError);
     await expect(b.extend([{ key: 'k', token: 't', ttlMs: -1 }])).rejects.toThrow(InvalidArgumentError);
     await expect(b.release('k', '')).rejects.toThrow(InvalidArgumentError);
     expect(cs.every((c) => c.status === 'wait')).toBe(true);
@@ -72,7 +83,7 @@ describe('redlock(clients, opts) validation', () => {
     made.push(...cs);
     const b = redlock(cs);
     expect(b.name).toBe('redlock');
-    expect(b.capabilities).toEqual({ push: true, fair: false, value: false, results: false, session: false });
+    expect(b.capabilities).toEqual({ push: true, fair: false, value: true, results: true, session: false });
     const ac = new AbortController();
     const waiting = b.waitForChange!('cap', ac.signal, 10_000);
     await b.close(); // wakes the waiter and closes only the backend's own subscriber connections

@@ -1,4 +1,6 @@
 /** Real Redis clients for tests. A missing server fails the test run; it is never skipped. */
+// connectTimeout 10 s: a server that is down refuses at once; the timeout only bites a machine so
+// loaded (load average ~25 on 2 cores in CI) that the connect handshake itself waited over 2 s
 import { Redis } from 'ioredis';
 import { createClient } from 'redis';
 
@@ -12,14 +14,14 @@ export class Clients {
 
   async make(kind: ClientKind, url = REDIS_URL): Promise<any> {
     if (kind === 'ioredis') {
-      const c = new Redis(url, { maxRetriesPerRequest: 1, connectTimeout: 2000, lazyConnect: true });
+      const c = new Redis(url, { maxRetriesPerRequest: 1, connectTimeout: 10_000, lazyConnect: true });
       await c.connect().catch((e: Error) => {
         throw new Error(`Redis at ${url} is not reachable (run scripts/services.sh): ${e.message}`);
       });
       this.open.push(() => c.quit().catch(() => c.disconnect()));
       return c;
     }
-    const c = createClient({ url, socket: { connectTimeout: 2000, reconnectStrategy: false } });
+    const c = createClient({ url, socket: { connectTimeout: 10_000, reconnectStrategy: false } });
     c.on('error', () => {});
     await c.connect().catch((e: Error) => {
       throw new Error(`Redis at ${url} is not reachable (run scripts/services.sh): ${e.message}`);

@@ -34,6 +34,43 @@ describe('fromUrl', () => {
     await expect.poll(connectedClients, { timeout: 2000 }).toBe(before);
   });
 
+  test('?session=1 on redis:// and redis+sentinel:// turns on session renewal; the client never sees it', async () => {
+    const { SENTINEL_URL } = await import('../support/sentinel.js');
+    const { healed } = await import('../support/failover.js');
+    await healed('sentinel');
+    for (const url of ['redis://127.0.0.1:6379/11?session=1', `${SENTINEL_URL}?session=true`]) {
+      const backend = await fromUrl(url);
+      const locks = createLocks(backend, { prefix: 'lh-url-session' });
+      try {
+        expect(typeof backend.renewSessions).toBe('function');
+        const lease = await locks.acquire('s-key');
+        expect(lease.fence).toBeGreaterThan(0n);
+        await lease.release();
+      } finally {
+        await locks.close();
+      }
+    }
+    const plain = await fromUrl('redis://127.0.0.1:6379/11?session=0');
+    expect(plain.renewSessions).toBeUndefined();
+    await plain.close();
+  });
+
+  test('a bad ?session= value or an unknown parameter on a cluster/sentinel URL is refused before any I/O', async () => {
+    // port 1: nothing listens there, so a BackendError would mean the URL reached a connect
+    for (const url of [
+      'redis://127.0.0.1:1?session=yes',
+      'redis+sentinel://127.0.0.1:1/m?session=2',
+      'redis+sentinel://127.0.0.1:1/m?sesion=1',
+      'redis+cluster://127.0.0.1:1?session=1',
+      'redis+cluster://127.0.0.1:1?foo=bar',
+    ]) {
+      const err = await fromUrl(url).catch((e: unknown) => e);
+      expect(err, url).toBeInstanceOf(InvalidArgumentError);
+    }
+    const err = (await fromUrl('redis+cluster://127.0.0.1:1?session=1').catch((e: unknown) => e)) as Error;
+    expect(err.message).toMatch(/single server or Sentinel/);
+  });
+
   test('several redis:// URLs build Redlock; fewer than three are refused before connecting', async () => {
     const backend = await fromUrl(['redis://127.0.0.1:7001', 'redis://127.0.0.1:7002', 'redis://127.0.0.1:7003']);
     expect(backend.name).toBe('redlock');
@@ -58,6 +95,24 @@ describe('fromUrl', () => {
     await locks.close();
   });
 
+  test('etcd:// with several members builds one client, in a namespace; close() closes it', async () => {
+    const backend = await fromUrl('etcd://127.0.0.1:2479,127.0.0.1:2481,127.0.0.1:2483/lh-url-ns/?leaseTtl=3s');
+    expect(backend.name).toBe('etcd');
+    const locks = createLocks(backend, { prefix: 'lh-url' });
+    const lease = await locks.acquire('url-etcd');
+    expect(lease.fence).toBeGreaterThan(0n);
+    expect(await locks.inspect('url-etcd')).toMatchObject({ fence: lease.fence });
+    expect(await lease.release()).toBe(true);
+    await locks.close();
+    expect(String(backend)).not.toContain('2479');
+  });
+
+  test('etcd:// to a port where nothing listens fails with a BackendError, password hidden', async () => {
+    const e = await fromUrl('etcd://root:s3cr3t-pw@127.0.0.1:1').catch((x: unknown) => x);
+    expect(e).toBeInstanceOf(BackendError);
+    expect(`${(e as Error).message} ${(e as Error).stack}`).not.toContain('s3cr3t');
+  }, 15_000);
+
   test('memory: needs no server', async () => {
     const locks = createLocks(await fromUrl('memory:'));
     expect((await locks.acquire('m')).fence).toBe(1n);
@@ -68,8 +123,10 @@ describe('fromUrl', () => {
     ['', InvalidArgumentError],
     ['not a url', InvalidArgumentError],
     ['ftp://127.0.0.1', InvalidArgumentError],
-    ['zk://127.0.0.1:2181', LeaseholdError],
-    ['etcd://127.0.0.1:2379', LeaseholdError],
+    ['etcd://127.0.0.1:2379,', InvalidArgumentError],
+    ['etcd://127.0.0.1:2379?ttl=5s', InvalidArgumentError],
+    ['etcd://127.0.0.1:99999', InvalidArgumentError],
+    ['etcd://127.0.0.1:2379?leaseTtl=1s', InvalidArgumentError],
   ])('%j is refused with a clear error', async (url, type) => {
     await expect(fromUrl(url)).rejects.toBeInstanceOf(type);
   });
@@ -88,5 +145,27 @@ describe('fromUrl', () => {
       expect(String((e as Error).stack)).not.toContain('s3cr3t');
     }
     expect(redactUrl('rediss://u:p@h:1/0')).toBe('rediss://***@h:1/0');
+  });
+
+  test.each([
+    ['redis://user:s3cret@h:1/0', 'redis://***@h:1/0'],
+    ['redis://user:pa#ss3cret@127.0.0.1:1/', 'redis://***@127.0.0.1:1/'],
+    ['redis://user:pa/ss3cret@127.0.0.1:1/', 'redis://***@127.0.0.1:1/'],
+    ['redis://user:pa?ss3cret@127.0.0.1:1/', 'redis://***@127.0.0.1:1/'],
+    ['redis://user:pa@ss3cret@127.0.0.1:1/', 'redis://***@127.0.0.1:1/'],
+    ['redis://u:12/ss3cret@host/', 'redis://***@host/'], // parses, with "ss3cret@host/" as a path
+    ['redis://:p%40ss3cret@h:1/0', 'redis://***@h:1/0'],
+    ['postgres://u:p@[bad/db', 'postgres://***@[bad/db'],
+    ['postgres://h/db?user=u&password=ss3cret&x=1', 'postgres://h/db?user=u&password=***&x=1'],
+    ['redis:user:ss3cret@host', 'redis:***@host'],
+    ['redis://127.0.0.1:6379', 'redis://127.0.0.1:6379'],
+  ])('redactUrl(%j) hides the password: %j', (url, shown) => {
+    expect(redactUrl(url)).toBe(shown);
+  });
+
+  test('issue #9.4: a raw "#" in the password is in no error message of fromUrl', async () => {
+    const e = await fromUrl('redis://user:pa#ss3cret@127.0.0.1:1/').catch((x: unknown) => x);
+    expect(e).toBeInstanceOf(LeaseholdError);
+    expect(`${(e as Error).message} ${(e as Error).stack} ${String((e as Error).cause)}`).not.toMatch(/ss3cret/);
   });
 });

@@ -3,6 +3,7 @@
  * and push wake-ups by an in-process event. Share one `MemoryStore` between several `memory()`
  * backends to model several processes on one server (tests, demos).
  */
+import { inspect } from 'node:util';
 import type { AcquireRequest, Backend, ExtendItem, Grant, LockInfo, ResultStore } from '../../backend.js';
 import { InvalidArgumentError, LeaseholdError } from '../../errors.js';
 import { checkOptions } from '../../validate.js';
@@ -17,11 +18,17 @@ const clock = (): number => performance.now();
 
 /** The shared state: what a server would hold. */
 export class MemoryStore {
+  /** The locks' tokens live here: never printed. */
+  [inspect.custom](): string {
+    return `MemoryStore { locks: ${this.locks.size} }`;
+  }
   readonly locks = new Map<string, Entry>();
   readonly fences = new Map<string, bigint>();
   /** Arrival queue per key: token → expiry of that waiter's place (insertion order = arrival). */
   readonly queues = new Map<string, Map<string, number>>();
   private readonly listeners = new Map<string, Set<() => void>>();
+  /** Observers per key: told of every change of holder (grant, release). */
+  private readonly watchers = new Map<string, Set<() => void>>();
   /** Per key: how many wake-ups were sent (a waiter compares it with what it saw when it tried). */
   readonly generations = new Map<string, number>();
   /** Idempotency results: lock key → stored result. */
@@ -56,6 +63,22 @@ export class MemoryStore {
       set.delete(fn);
       if (set.size === 0 && this.listeners.get(key) === set) this.listeners.delete(key);
     };
+  }
+
+  watch(key: string, fn: () => void): () => void {
+    let set = this.watchers.get(key);
+    if (!set) this.watchers.set(key, (set = new Set()));
+    set.add(fn);
+    return () => {
+      set.delete(fn);
+      if (set.size === 0 && this.watchers.get(key) === set) this.watchers.delete(key);
+    };
+  }
+
+  /** The holder of `key` changed: tell its observers. */
+  changed(key: string): void {
+    const set = this.watchers.get(key);
+    if (set) for (const fn of [...set]) fn();
   }
 
   notify(key: string): void {
@@ -109,6 +132,7 @@ export class MemoryBackend implements Backend {
       s.locks.set(key, { token: req.token, expiresAt: t + req.ttlMs, value: req.value });
       const fence = (s.fences.get(key) ?? 0n) + 1n;
       s.fences.set(key, fence);
+      s.changed(key);
       return { fence };
     }
     if (req.queue) {
@@ -136,6 +160,7 @@ export class MemoryBackend implements Backend {
     if (!e || e.token !== token) return false;
     this.store.locks.delete(key);
     this.store.notify(key);
+    this.store.changed(key);
     return true;
   }
 
@@ -174,6 +199,37 @@ export class MemoryBackend implements Backend {
       remainingMs: Math.max(0, Math.round(e.expiresAt - clock())),
     };
     return e.value === undefined ? info : { ...info, value: e.value };
+  }
+
+  async watch(key: string, onChange: () => void): Promise<() => void> {
+    this.assertOpen();
+    return this.store.watch(key, onChange);
+  }
+
+  async *list(prefix: string): AsyncIterable<LockInfo> {
+    this.assertOpen();
+    for (const key of [...this.store.locks.keys()]) {
+      if (!key.startsWith(prefix)) continue;
+      const info = await this.inspect(key);
+      if (info) yield info;
+    }
+  }
+
+  async forceRelease(key: string): Promise<LockInfo | null> {
+    const info = await this.inspect(key);
+    if (!info) return null;
+    this.store.locks.delete(key);
+    this.store.notify(key);
+    this.store.changed(key);
+    return info;
+  }
+
+  /** Never the store (it holds tokens), at any depth. */
+  [inspect.custom](): string {
+    return `MemoryBackend { locks: ${this.store.locks.size}${this.closed ? ', closed' : ''} }`;
+  }
+  toJSON(): { name: string } {
+    return { name: this.name };
   }
 
   async close(): Promise<void> {

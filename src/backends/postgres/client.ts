@@ -5,7 +5,46 @@
  * transaction (for `migrate`). SQL parameters travel only as bound parameters; the only
  * spliced text is a validated, double-quoted identifier.
  */
-import { BackendError, InvalidArgumentError } from '../../errors.js';
+import { BackendError, LeaseholdError } from '../../errors.js';
+import { redactText, scrubError } from '../../scrub.js';
+import { race } from '../../wait.js';
+
+/**
+ * A pg `Pool` (the members leasehold uses). Structural on purpose: leasehold's declarations
+ * never import pg or postgres, so a project with only one of them still type-checks.
+ */
+export interface PgPoolLike {
+  connect(...args: never[]): unknown;
+  query(...args: never[]): unknown;
+  readonly totalCount: number;
+}
+
+/** A postgres.js `sql` instance (from `postgres(url)`), not a transaction or reserved connection. */
+export interface PostgresJsLike {
+  (...args: never[]): unknown;
+  unsafe(...args: never[]): unknown;
+  reserve(...args: never[]): unknown;
+  begin(...args: never[]): unknown;
+}
+
+/** What `postgres()` and `migrate()` accept: a pg `Pool` or a postgres.js `sql`. */
+export type PostgresClientLike = PgPoolLike | PostgresJsLike;
+
+/** A pg `Client` / `PoolClient` inside BEGIN (not the Pool: the lock must be the transaction's). */
+export interface PgTransactionLike {
+  query(...args: never[]): unknown;
+  readonly totalCount?: never;
+}
+
+/** A postgres.js transaction: the `sql.begin(tx => …)` callback's argument (not the root `sql`). */
+export interface PostgresJsTransactionLike {
+  (...args: never[]): unknown;
+  unsafe(...args: never[]): unknown;
+  readonly begin?: never;
+}
+
+/** What `xactLock`, `tryXactLock` and `checkFence` accept: the caller's open transaction. */
+export type TransactionLike = PgTransactionLike | PostgresJsTransactionLike;
 
 export type Row = Record<string, unknown>;
 export type Params = readonly (string | null)[];
@@ -18,8 +57,20 @@ export interface Queryable {
 export interface Conn extends Queryable {
   /** The server process id of the connection (for `pg_terminate_backend`). */
   readonly pid: number;
+  /**
+   * The TCP port the client connected to, when known: a server that says it listens elsewhere
+   * (`inet_server_port()`) sits behind a proxy or pooler, and the session is then checked.
+   */
+  readonly port?: number;
+  /** The process id the server announced at connect (pg only): a pooler announces its own. */
+  readonly keyPid?: number;
   /** True once the connection errored or closed (it is never queried again). */
   readonly closed: boolean;
+  /**
+   * Runs `text` as a named prepared statement of this connection (parsed and planned once per
+   * connection): the lock statements on the long-lived session connection.
+   */
+  prepared(text: string, params?: Params): Promise<Row[]>;
   /** Called once when the connection errors or closes; at once if it already has. */
   onClose(cb: (cause: unknown) => void): void;
   /** Gives the connection back to the pool (or lets the pool drop it when it is closed). */
@@ -52,40 +103,42 @@ export class TimeoutError extends BackendError {
   }
 }
 
-export function backendError(e: unknown, what: string): Error {
-  if (e instanceof BackendError || e instanceof InvalidArgumentError) return e;
-  const msg = e instanceof Error ? e.message : String(e);
-  return new BackendError(`postgres: ${what}: ${msg}`, { cause: e });
+/**
+ * A client error as a BackendError whose cause is scrubbed: postgres.js attaches the query's
+ * parameters to its errors, and a connection error may reach the client's options (a password).
+ */
+export function backendError(e: unknown, what?: string): Error {
+  if (e instanceof LeaseholdError) return scrubError(e);
+  const cause = scrubError(e);
+  const msg = redactText(cause.message);
+  return new BackendError(what ? `postgres: ${what}: ${msg}` : `postgres: ${msg}`, { cause });
+}
+
+/**
+ * An error while making sure the fence tables exist. Labelled "creating the fence table" only
+ * when the server answered with an error (it carries a severity): a refused or broken
+ * connection is reported as itself, with its cause.
+ */
+export function schemaError(e: unknown, where?: string): Error {
+  const fromServer = typeof (e as { severity?: unknown } | null)?.severity === 'string';
+  const what = fromServer ? [where, 'creating the fence table'].filter(Boolean).join(': ') : where;
+  return what ? backendError(e, what) : backendError(e);
 }
 
 /** Races `p` against a timer. If the timer wins, a late result is handed to `late` (to give it back). */
 export function timed<T>(p: Promise<T>, ms: number, what: string, late?: (value: T) => void): Promise<T> {
-  return new Promise<T>((resolve, reject) => {
-    let settled = false;
-    const timer = setTimeout(() => {
-      settled = true;
-      reject(new TimeoutError(what, ms));
-    }, ms);
-    p.then(
-      (v) => {
-        if (!settled) {
-          settled = true;
-          clearTimeout(timer);
-          resolve(v);
-        } else if (late) late(v);
-      },
-      (e) => {
-        if (!settled) {
-          settled = true;
-          clearTimeout(timer);
-          reject(e);
-        }
-      },
-    );
-  });
+  return race(p, { ms, onTimeout: () => new TimeoutError(what, ms), late });
 }
 
 export const noop = (): void => {};
+
+const names = new Map<string, string>();
+/** A stable statement name for a text (the same text, the same name, on every connection). */
+export function statementName(text: string): string {
+  let n = names.get(text);
+  if (!n) names.set(text, (n = `leasehold_${names.size + 1}`));
+  return n;
+}
 
 /**
  * Close bookkeeping shared by the pg and postgres.js connection wrappers: the first failure

@@ -7,15 +7,25 @@
 import { InvalidArgumentError } from '../../errors.js';
 import { toMs, type Duration } from '../../duration.js';
 import { adapt } from './adapt.js';
-import { backendError } from './client.js';
+import { backendError, type PostgresClientLike } from './client.js';
 import { checkOptions, describe, quoteIdent } from './keys.js';
 import { PostgresBackend } from './session.js';
 import { createTables, tablesExist } from './sql.js';
+import { postgresAdmin } from './list.js';
 
 export { advisoryKey, lockParts } from './keys.js';
 export { xactLock, tryXactLock, checkFence } from './xact.js';
 export type { XactLockOptions, CheckFenceOptions } from './xact.js';
 export type { PostgresBackend } from './session.js';
+export { TransactionPoolerError } from './session.js';
+export type {
+  PgPoolLike,
+  PostgresJsLike,
+  PostgresClientLike,
+  PgTransactionLike,
+  PostgresJsTransactionLike,
+  TransactionLike,
+} from './client.js';
 
 export interface PostgresOptions {
   /** Schema of the fence tables (created on first use unless `migrate: false`). Default `'public'`. */
@@ -31,11 +41,12 @@ export interface PostgresOptions {
 const OPTIONS = ['schema', 'channel', 'timeout', 'migrate'] as const;
 
 /**
- * A session-mode backend over the user's pool: a pg `Pool` or a postgres.js `sql`. Each held lock
- * keeps one pooled connection until release; one more connection carries LISTEN while anyone
- * waits. `close()` gives them all back; it never ends the user's pool.
+ * A session-mode backend over the user's pool: a pg `Pool` or a postgres.js `sql`. One pooled
+ * connection carries every lock it takes; a caller waiting for a lock waits in the server's lock
+ * queue on one more (a waiter connection, which then carries that lock until release); LISTEN
+ * takes one while anyone watches. `close()` gives them all back; it never ends the user's pool.
  */
-export function postgres(poolOrSql: unknown, opts?: PostgresOptions): PostgresBackend {
+export function postgres(poolOrSql: PostgresClientLike, opts?: PostgresOptions): PostgresBackend {
   const o = checkOptions(opts, OPTIONS, 'postgres()');
   const quotedSchema = quoteIdent(o.schema ?? 'public', 'postgres(): schema');
   const channel = (o.channel ?? 'leasehold') as string;
@@ -46,14 +57,22 @@ export function postgres(poolOrSql: unknown, opts?: PostgresOptions): PostgresBa
     throw new InvalidArgumentError(`postgres(): migrate must be a boolean, got ${describe(autoMigrate)}`);
   }
   const db = adapt(poolOrSql);
-  return new PostgresBackend({ db, quotedSchema, channel, timeoutMs, autoMigrate });
+  const backend = new PostgresBackend({ db, quotedSchema, channel, timeoutMs, autoMigrate });
+  const admin = postgresAdmin(db, quotedSchema, channel);
+  return Object.assign(backend, admin, {
+    // what this backend granted shows in its own list (holder rows are written just after grants)
+    async *list(prefix: string) {
+      await backend.written();
+      yield* admin.list(prefix);
+    },
+  });
 }
 
 /**
  * Creates the schema (if missing) and the tables `leasehold_fences` and `leasehold_fence_seen`.
  * Idempotent and safe to run concurrently; needs CREATE privilege only when something is missing.
  */
-export async function migrate(poolOrSql: unknown, opts?: { schema?: string }): Promise<void> {
+export async function migrate(poolOrSql: PostgresClientLike, opts?: { schema?: string }): Promise<void> {
   const o = checkOptions(opts, ['schema'], 'migrate()');
   const quotedSchema = quoteIdent(o.schema ?? 'public', 'migrate(): schema');
   const db = adapt(poolOrSql);

@@ -27,6 +27,10 @@ export class Notifier {
   private readonly failed = new Map<string, number>();
   private readonly waiters = new Map<string, Set<Wake>>();
   private readonly onLive = new Set<Wake>();
+  /** advisory key → watchers (grants and releases, until unwatched). */
+  private readonly watchers = new Map<string, Set<Wake>>();
+  /** Watches waiting for the subscription to be live. */
+  private readonly watchPending = new Set<{ ok: () => void; fail: (e: unknown) => void }>();
 
   constructor(
     private readonly db: Db,
@@ -39,10 +43,13 @@ export class Notifier {
     return this.live ? this.seq : -1;
   }
 
-  /** Records a failed attempt of a caller that will wait; subscribes if not yet. */
-  failedAttempt(key: string, mark: number): void {
+  /** NOTIFY messages received (diagnostics: waiters in the server's queue need none). */
+  messages = 0;
+
+  /** Records a failed attempt of a caller that will wait; subscribes if not yet (when `start`). */
+  failedAttempt(key: string, mark: number, start = true): void {
     remember(this.failed, key, mark);
-    this.start();
+    if (start) this.start();
   }
 
   /** Resolves on a notification for `lockKey`, after `maxMs`, or when `signal` aborts. Never rejects. */
@@ -76,6 +83,38 @@ export class Notifier {
     });
   }
 
+  /**
+   * Calls `cb` on each grant and release of `lockKey` and on every reconnect, until the returned
+   * function is called. Resolves once the subscription is live (nothing after it is missed).
+   */
+  async watch(lockKey: string, cb: Wake): Promise<() => void> {
+    let set = this.watchers.get(lockKey);
+    if (!set) this.watchers.set(lockKey, (set = new Set()));
+    const watchers = set;
+    const entry = () => cb();
+    watchers.add(entry);
+    const stop = () => {
+      watchers.delete(entry);
+      if (watchers.size === 0 && this.watchers.get(lockKey) === watchers) this.watchers.delete(lockKey);
+    };
+    if (!this.live) {
+      try {
+        await new Promise<void>((ok, fail) => {
+          const w = {
+            ok: () => (this.watchPending.delete(w), ok()),
+            fail: (e: unknown) => (this.watchPending.delete(w), fail(e)),
+          };
+          this.watchPending.add(w);
+          this.start();
+        });
+      } catch (e) {
+        stop();
+        throw e;
+      }
+    }
+    return stop;
+  }
+
   /** Subscribes in the background; failures leave waiters on their timers (polling). */
   start(): void {
     if (this.live || this.starting || this.closed) return;
@@ -97,14 +136,25 @@ export class Notifier {
           const wake = [...this.onLive];
           this.onLive.clear();
           for (const w of wake) w();
+          for (const w of [...this.watchPending]) w.ok();
         },
-        () => {
+        (e: unknown) => {
           this.starting = null;
+          for (const w of [...this.watchPending]) w.fail(e);
         },
       );
   }
 
   private message(payload: string): void {
+    this.messages++;
+    if (payload.startsWith('+')) {
+      // a grant: only watchers care (waiters wait for releases)
+      const set = this.watchers.get(payload.slice(1));
+      if (set) for (const w of [...set]) w();
+      return;
+    }
+    const watching = this.watchers.get(payload);
+    if (watching) for (const w of [...watching]) w();
     this.seq++;
     remember(this.notified, payload, this.seq);
     const set = this.waiters.get(payload);
@@ -122,10 +172,11 @@ export class Notifier {
     // Pending failed attempts can no longer trust the sequence: their waits return at once.
     for (const k of this.failed.keys()) this.failed.set(k, -1);
     this.wakeAll();
+    if (down && this.watchers.size > 0) this.start(); // watchers stay subscribed
   }
 
   private wakeAll(): void {
-    const all = [...this.waiters.values()].flatMap((s) => [...s]);
+    const all = [...this.waiters.values(), ...this.watchers.values()].flatMap((s) => [...s]);
     for (const w of all) w();
   }
 
@@ -134,6 +185,8 @@ export class Notifier {
     this.closed = true;
     this.live = false;
     this.wakeAll();
+    this.watchers.clear();
+    for (const w of [...this.watchPending]) w.fail(new Error('postgres: backend closed'));
     for (const w of [...this.onLive]) w();
     if (this.starting) await this.starting;
     const sub = this.sub;

@@ -1,9 +1,11 @@
 /** The `pg` adapter: a Pool, its checked-out clients, a LISTEN client. */
+import { inspect } from 'node:util';
 import { BackendError } from '../../errors.js';
 import {
   backendError,
   Closable,
   noop,
+  statementName,
   timed,
   type Conn,
   type Db,
@@ -15,6 +17,14 @@ import {
 } from './client.js';
 
 export class PgDb implements Db {
+  /** Neither the pool nor its options (a password) print, at any depth. */
+  [inspect.custom](): string {
+    return 'PgDb { pg }';
+  }
+  toJSON(): { kind: string } {
+    return { kind: this.kind };
+  }
+
   readonly kind = 'pg' as const;
   constructor(private readonly pool: any) {}
 
@@ -96,6 +106,8 @@ export class PgDb implements Db {
 
 class PgConn extends Closable implements Conn {
   readonly pid: number;
+  readonly keyPid: number;
+  readonly port: number;
   private done = false;
   private readonly onError = (e: unknown) => this.fail(e);
   private readonly onEnd = () => this.fail(new BackendError('postgres: connection ended'));
@@ -103,12 +115,18 @@ class PgConn extends Closable implements Conn {
   constructor(private readonly client: any) {
     super();
     this.pid = Number(client.processID);
+    this.keyPid = this.pid;
+    this.port = Number(client.port);
     client.on('error', this.onError);
     client.on('end', this.onEnd);
   }
 
   async query(text: string, params: Params = []): Promise<Row[]> {
     return (await this.client.query(text, params)).rows;
+  }
+
+  async prepared(text: string, params: Params = []): Promise<Row[]> {
+    return (await this.client.query({ name: statementName(text), text, values: params })).rows;
   }
 
   release(): void {

@@ -1,4 +1,5 @@
 /** The postgres.js (porsager) adapter: `sql`, its reserved connections, `sql.listen`. */
+import { inspect } from 'node:util';
 import { BackendError, InvalidArgumentError } from '../../errors.js';
 import {
   backendError,
@@ -57,6 +58,14 @@ function sqlState(sql: any): SqlState {
 }
 
 export class PostgresJsDb implements Db {
+  /** Neither the pool nor its options (a password) print, at any depth. */
+  [inspect.custom](): string {
+    return 'PostgresJsDb { postgres.js }';
+  }
+  toJSON(): { kind: string } {
+    return { kind: this.kind };
+  }
+
   readonly kind = 'postgres.js' as const;
   private readonly state: SqlState;
   constructor(private readonly sql: any) {
@@ -75,7 +84,7 @@ export class PostgresJsDb implements Db {
     let conn: PostgresJsConn | null = null;
     const onexecute = (c: any) => {
       if (!conn && c && typeof c.id === 'number' && typeof c.terminate === 'function') {
-        conn = new PostgresJsConn(reserved, c, this.state);
+        conn = new PostgresJsConn(reserved, c, this.state, this.sql.options);
       }
       return true;
     };
@@ -135,15 +144,19 @@ export class PostgresJsDb implements Db {
 
 class PostgresJsConn extends Closable implements Conn {
   pid = 0;
+  readonly port: number | undefined;
   private done = false;
 
   constructor(
     private readonly reserved: any,
     private readonly connection: any,
     private readonly state: SqlState,
+    options: { port?: unknown },
   ) {
     super();
     state.hooks.set(connection.id, this.hook);
+    const ports = options.port;
+    this.port = Array.isArray(ports) && ports.length === 1 ? Number(ports[0]) : undefined;
   }
 
   private readonly hook = (cause: unknown) => this.fail(cause);
@@ -151,6 +164,11 @@ class PostgresJsConn extends Closable implements Conn {
   async query(text: string, params: Params = []): Promise<Row[]> {
     if (this.closed) throw this.cause ?? new BackendError('postgres: connection closed');
     return [...(await this.reserved.unsafe(text, params))];
+  }
+
+  async prepared(text: string, params: Params = []): Promise<Row[]> {
+    if (this.closed) throw this.cause ?? new BackendError('postgres: connection closed');
+    return [...(await this.reserved.unsafe(text, params, { prepare: true }))];
   }
 
   release(): void {

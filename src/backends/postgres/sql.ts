@@ -2,12 +2,25 @@
  * Every statement the Postgres backend sends, and the schema it needs.
  *
  * Tables (in `schema`, default `public`):
- *   leasehold_fences      (key text PRIMARY KEY, fence bigint)       one counter per namespaced key
- *   leasehold_fence_seen  (resource text PRIMARY KEY, fence bigint)  highest fence a resource accepted
+ *   leasehold_epoch       (id, epoch, started)   one row: bumped durably once per server start
+ *   leasehold_fence_seq   UNLOGGED SEQUENCE      the fence counter, shared by every key (no flush)
+ *   leasehold_holders     UNLOGGED (key, fence, pid, value)  last grant per key: fence, holder, value
+ *   leasehold_windows     (key, until, fence)    runExclusive windows kept after the holder let go
+ *   leasehold_results     (key, value, expires)  idempotency results, beside the lock that guards them
+ *   leasehold_fences      (key, fence)           fences of earlier versions (read only, see docs)
+ *   leasehold_fence_seen  (resource, fence)      highest fence a resource accepted (checkFence)
+ *
+ * A fence is `(epoch << 40) + nextval(leasehold_fence_seq)`: one counter for all keys, in an
+ * UNLOGGED sequence (no WAL, no transaction id, no flush per grant), strictly increasing while the
+ * server runs. A crash resets it, but the epoch — bumped and flushed once for every server start
+ * before any grant of that start, and read once per session connection — puts every fence of the
+ * new start above every fence of the old one. The lock and its fence are one statement that
+ * writes no row; the holder row (fence, value, pid: for inspect/list/watch) is written off the
+ * grant's path. See docs/postgres.md ("Why fences never go back").
  *
  * Only a validated, double-quoted schema name is spliced into SQL text; keys, fences, advisory
- * keys and channels are bound parameters. `int8` values travel as decimal strings and come back
- * as `::text`, so user type parsers (int8 → number) cannot lose precision.
+ * keys, values and channels are bound parameters. `int8` values travel as decimal strings and
+ * come back as `::text`, so user type parsers (int8 → number) cannot lose precision.
  */
 import type { Queryable } from './client.js';
 import { advisoryKey } from './keys.js';
@@ -15,75 +28,230 @@ import { advisoryKey } from './keys.js';
 /** Serialises concurrent migrations (and first-use creation) across processes. */
 const MIGRATE_KEY = advisoryKey('leasehold/migrate').toString();
 
+/** Bits of a fence below the epoch: 2^40 grants per key per server start. */
+export const EPOCH_SHIFT = 40n;
+
+const TABLES = [
+  'leasehold_fence_seq',
+  'leasehold_fences',
+  'leasehold_fence_seen',
+  'leasehold_epoch',
+  'leasehold_holders',
+  'leasehold_windows',
+  'leasehold_results',
+] as const;
+
 export interface Statements {
   readonly fences: string;
   readonly seen: string;
-  /** $1 advisory key, $2 key → one row { fence, pid } when granted (fence bumped), none when held. */
+  readonly holders: string;
+  readonly windows: string;
+  readonly results: string;
+  /**
+   * $1 advisory key, $2 key, $3 the session's server pid, $4 the server's start (µs, as `epoch`
+   * read it), $5 the epoch → { r, fence, wait }: r = 'got' (fence set), 'held', 'window' (wait =
+   * ms left), 'moved' (the statement ran on another server session: a transaction pooler;
+   * nothing was locked), 'restarted' (another server start than the epoch's). Writes nothing.
+   */
   readonly acquire: string;
-  /** $1 classid, $2 objid → { held } for this connection. */
-  readonly probe: string;
-  /** $1 advisory key, $2 channel → { ok }; NOTIFY (delivered at commit, after the unlock) when ok. */
+  /**
+   * Like `acquire`, but waits in the server's lock queue (`pg_advisory_lock`, FIFO, woken alone
+   * when its turn comes), for at most $6 ms (lock_timeout): r = 'got', 'window', 'moved',
+   * 'restarted'; a lock_timeout is an error (55P03).
+   */
+  readonly waitLock: string;
+  /** → { epoch, started } of this server start (after `bumpEpoch`), or no row. */
+  readonly epoch: string;
+  /**
+   * $1 key, $2 fence, $3 pid, $4 value, $5 advisory key, $6 channel: the holder row of a grant
+   * (never over a higher fence), and the grant's NOTIFY ('+' advisory key) when attended.
+   */
+  readonly record: string;
+  /** $1 key, $2 advisory key: marks the key attended for 60 s (a waiter polling on NOTIFY). */
+  readonly attendWait: string;
+  /** $1 pid, $2 classid, $3 objid → a row when that session holds or waits for the lock. */
+  readonly waiting: string;
+  /** → { pid }: a waiter connection, set to notice a vanished client while it waits. */
+  readonly waiterSetup: string;
+  /** Lets go of every advisory lock of the session and resets what leasehold set on it. */
+  readonly resetSession: string;
+  /** Records the epoch of this server start (durably); a no-op when already done. */
+  readonly bumpEpoch: string;
+  /** → { k } the advisory keys (as classid:objid) this connection holds. */
+  readonly heldHere: string;
+  /**
+   * $1 advisory key, $2 channel, $3 key → { ok, pid }; NOTIFY (delivered at commit, after the
+   * unlock) when ok and someone attends the key (a waiter or watcher marked it, `attn`).
+   */
   readonly release: string;
+  /** $1 key, $2 advisory key, $3 ms: marks the key attended (its grants and releases NOTIFY). */
+  readonly attend: string;
   /** $1 advisory key, $2 classid, $3 objid: unlocks only if this connection holds it (no WARNING). */
   readonly unlockIfHeld: string;
-  /** $1 key, $2 classid, $3 objid → { fence, held }. */
+  /** $1 key, $2 until (ms from now), $3 fence: stores a window (durably). */
+  readonly keepWindow: string;
+  /** $1 key, $2 classid, $3 objid → { fence, value, held, wait }. */
   readonly inspect: string;
+  /** $1 prefix → { key, fence, value, wait } of held locks and open windows. */
+  readonly list: string;
   /** $1 advisory key, $2 key, $3 channel → { fence }; waits for the lock. NOTIFY at COMMIT. */
   readonly xactLock: string;
-  /** Same, without waiting: no row when the lock is held elsewhere. */
+  /** Same, without waiting: no row when the lock is held elsewhere; { fence: null } without an epoch. */
   readonly tryXactLock: string;
   /** $1 resource, $2 fence → a row when accepted (fence ≥ highest seen), none when stale. */
   readonly checkFence: string;
   /** $1 resource → { fence } the highest seen. */
   readonly highestSeen: string;
-  /** $1 prefix → { n } rows in the fence table under a key prefix. */
+  /** $1 key → { value } while not expired. */
+  readonly getResult: string;
+  /** $1 key, $2 value, $3 ttl ms, $4 classid, $5 objid → { ok } when this connection holds the lock. */
+  readonly putResult: string;
+  /** $1 prefix → { n } rows under a key prefix (holders, windows, results). */
   readonly countKeys: string;
 }
 
 const cache = new Map<string, Statements>();
 
+const inPgLocks = (classid: string, objid: string) =>
+  `locktype = 'advisory' AND classid = ${classid}::int8::oid AND objid = ${objid}::int8::oid AND objsubid = 1 AND granted`;
+
 /** The statements for one (already quoted) schema. */
 export function statements(quotedSchema: string): Statements {
   let s = cache.get(quotedSchema);
   if (s) return s;
-  const fences = `${quotedSchema}.leasehold_fences`;
-  const seen = `${quotedSchema}.leasehold_fence_seen`;
-  // The CTE holding the volatile lock call is materialised and scanned exactly once, before the
-  // INSERT sees a row, so the counter is bumped only when (and after) the lock was granted. ON
-  // CONFLICT DO UPDATE (READ COMMITTED) increments the latest committed row even when it was
-  // committed after this statement's snapshot, e.g. by the holder we just waited for. A session
-  // that runs with synchronous_commit = off is raised to `local` for this one commit, so an
-  // issued fence survives a server crash.
-  const bump = `ON CONFLICT (key) DO UPDATE SET fence = f.fence + 1`;
+  const t = (name: string) => `${quotedSchema}.${name}`;
+  const fences = t('leasehold_fences');
+  const seen = t('leasehold_fence_seen');
+  const epochs = t('leasehold_epoch');
+  const holders = t('leasehold_holders');
+  const windows = t('leasehold_windows');
+  const results = t('leasehold_results');
+  // A session that runs with synchronous_commit = off is raised to `local` for this one commit.
   const durable = `d AS (SELECT CASE WHEN current_setting('synchronous_commit') = 'off'
       THEN set_config('synchronous_commit', 'local', true) END AS s)`;
-  const inPgLocks = (classid: string, objid: string) =>
-    `locktype = 'advisory' AND classid = ${classid}::int8::oid AND objid = ${objid}::int8::oid AND objsubid = 1 AND granted`;
+  const epoch = `e AS (SELECT epoch FROM ${epochs} WHERE id = 1 AND started = pg_postmaster_start_time())`;
+  const seq = t('leasehold_fence_seq');
+  const nextFence = (e: string) => `((${e} << ${EPOCH_SHIFT}) + nextval('${seq.replace(/'/g, "''")}'::regclass))`;
+  // The CTE holding the volatile lock call is materialised and scanned exactly once, before the
+  // INSERT sees a row, so the counter moves only when (and after) the lock was granted.
+  const grant = (from: string) => `f AS (SELECT ${nextFence('e.epoch')} AS fence FROM ${from}),
+      g AS (INSERT INTO ${holders} AS h (key, fence, pid, value, lk)
+      SELECT $2::text, f.fence, pg_backend_pid(), VALUE, $1::int8 FROM f
+      ON CONFLICT (key) DO UPDATE SET fence = GREATEST(h.fence, excluded.fence), pid = excluded.pid,
+        value = excluded.value
+      RETURNING h.fence)`;
+  const leftMs = (col: string) => `GREATEST(0, ceil(extract(epoch FROM ${col} - clock_timestamp()) * 1000))::int8`;
+  const startedUs = `(extract(epoch FROM pg_postmaster_start_time()) * 1000000)::int8`;
+  // One statement, no row written: the session guard, the lock, the window check, the fence.
+  const lockStatement = (lockCall: string, from: string) => `WITH l AS (SELECT CASE
+        WHEN pg_backend_pid() <> $3::int4 THEN 'moved'
+        WHEN ${startedUs} <> $4::int8 THEN 'restarted'
+        WHEN NOT ${lockCall} THEN 'held'
+        WHEN EXISTS (SELECT 1 FROM ${windows} WHERE key = $2::text AND until > clock_timestamp())
+          THEN CASE WHEN pg_advisory_unlock($1::int8) THEN 'window' END
+        ELSE 'got' END AS r${from})
+      SELECT l.r, CASE WHEN l.r = 'got' THEN ${nextFence('$5::int8')}::text END AS fence,
+        CASE WHEN l.r = 'window' THEN (SELECT ${leftMs('until')} FROM ${windows}
+          WHERE key = $2::text AND until > clock_timestamp()) END AS wait
+      FROM l`;
   s = {
     fences,
     seen,
-    acquire: `WITH l AS (SELECT pg_try_advisory_lock($1::int8) AS got), ${durable}
-      INSERT INTO ${fences} AS f (key, fence) SELECT $2::text, 1 FROM l, d WHERE l.got
-      ${bump} RETURNING f.fence::text AS fence, pg_backend_pid() AS pid`,
-    probe: `SELECT EXISTS (SELECT 1 FROM pg_locks WHERE pid = pg_backend_pid() AND ${inPgLocks('$1', '$2')}) AS held`,
+    holders,
+    windows,
+    results,
+    acquire: lockStatement('pg_try_advisory_lock($1::int8)', ''),
+    // lock_timeout is set (for this session) before the lock call, in the CTE scanned first
+    waitLock: lockStatement(
+      '(pg_advisory_lock($1::int8) IS NOT NULL)',
+      ` FROM (SELECT set_config('lock_timeout', $6::int8::text, false)) t`,
+    ),
+    epoch: `SELECT epoch::text AS epoch, ${startedUs}::text AS started FROM ${epochs}
+      WHERE id = 1 AND started = pg_postmaster_start_time()`,
+    record: `WITH r AS (INSERT INTO ${holders} AS h (key, fence, pid, value, lk)
+      VALUES ($1::text, $2::int8, $3::int4, $4::text, $5::int8)
+      ON CONFLICT (key) DO UPDATE SET fence = excluded.fence, pid = excluded.pid, value = excluded.value,
+        lk = excluded.lk WHERE h.fence < excluded.fence
+      RETURNING h.attn)
+      SELECT CASE WHEN EXISTS (SELECT 1 FROM r WHERE attn > clock_timestamp())
+        THEN pg_notify($6::text, '+' || $5::int8::text) END AS n`,
+    waiting: `SELECT 1 AS w FROM pg_locks WHERE pid = $1::int4 AND locktype = 'advisory'
+      AND classid = $2::int8::oid AND objid = $3::int8::oid AND objsubid = 1`,
+    // client_connection_check_interval (14+): a waiting backend whose client closed leaves the
+    // queue within 1 s; keepalives: within ~8 s of a vanished host (TCP connections)
+    waiterSetup: `SELECT pg_backend_pid() AS pid,
+      CASE WHEN current_setting('server_version_num')::int >= 140000
+        THEN set_config('client_connection_check_interval', '1000', false) END AS c,
+      set_config('tcp_keepalives_idle', '5', false) AS i, set_config('tcp_keepalives_interval', '1', false) AS v,
+      set_config('tcp_keepalives_count', '3', false) AS n,
+      set_config('plan_cache_mode', 'force_generic_plan', false) AS plans`,
+    resetSession: `SELECT pg_advisory_unlock_all() IS NULL AS u,
+      (SELECT count(set_config(name, reset_val, false)) FROM pg_settings WHERE name IN ('lock_timeout',
+        'client_connection_check_interval', 'tcp_keepalives_idle', 'tcp_keepalives_interval',
+        'tcp_keepalives_count', 'plan_cache_mode')) AS n`,
+    attendWait: `UPDATE ${holders} SET attn = GREATEST(attn, clock_timestamp() + interval '60 seconds')
+      WHERE key = $1::text`,
+    bumpEpoch: `WITH ${durable} INSERT INTO ${epochs} AS x (id, epoch, started)
+      SELECT 1, 1, pg_postmaster_start_time() FROM d
+      ON CONFLICT (id) DO UPDATE SET epoch = x.epoch + 1, started = excluded.started
+        WHERE x.started IS DISTINCT FROM excluded.started`,
+    heldHere: `SELECT classid::int8::text || ':' || objid::int8::text AS k FROM pg_locks
+      WHERE pid = pg_backend_pid() AND locktype = 'advisory' AND objsubid = 1 AND granted`,
     release: `WITH u AS (SELECT pg_advisory_unlock($1::int8) AS ok)
-      SELECT u.ok, CASE WHEN u.ok THEN pg_notify($2::text, $1::int8::text) END AS n FROM u`,
+      SELECT u.ok, CASE WHEN u.ok AND EXISTS (SELECT 1 FROM ${holders} WHERE key = $3::text
+          AND attn > clock_timestamp()) THEN pg_notify($2::text, $1::int8::text) END AS n,
+        pg_backend_pid() AS pid FROM u`,
+    attend: `INSERT INTO ${holders} AS h (key, fence, pid, value, lk, attn)
+      VALUES ($1::text, 0, 0, NULL, $2::int8, clock_timestamp() + $3::int8 * interval '1 millisecond')
+      ON CONFLICT (key) DO UPDATE SET attn = GREATEST(h.attn, excluded.attn)`,
     unlockIfHeld: `SELECT count(*)::int AS n FROM (SELECT pg_advisory_unlock($1::int8) FROM pg_locks
       WHERE pid = pg_backend_pid() AND ${inPgLocks('$2', '$3')}) u`,
-    inspect: `SELECT (SELECT fence::text FROM ${fences} WHERE key = $1::text) AS fence,
-      EXISTS (SELECT 1 FROM pg_locks WHERE ${inPgLocks('$2', '$3')}
-        AND database = (SELECT oid FROM pg_database WHERE datname = current_database())) AS held`,
-    xactLock: `WITH l AS (SELECT pg_advisory_xact_lock($1::int8) IS NULL AS waited), ${durable}
-      INSERT INTO ${fences} AS f (key, fence) SELECT $2::text, 1 FROM l, d
-      ${bump} RETURNING f.fence::text AS fence, pg_notify($3::text, $1::int8::text) AS n`,
-    tryXactLock: `WITH l AS (SELECT pg_try_advisory_xact_lock($1::int8) AS got), ${durable}
-      INSERT INTO ${fences} AS f (key, fence) SELECT $2::text, 1 FROM l, d WHERE l.got
-      ${bump} RETURNING f.fence::text AS fence, pg_notify($3::text, $1::int8::text) AS n`,
+    keepWindow: `WITH ${durable},
+      c AS (DELETE FROM ${windows} WHERE key IN (SELECT key FROM ${windows}
+        WHERE until < clock_timestamp() AND key <> $1::text LIMIT 100))
+      INSERT INTO ${windows} AS w (key, until, fence)
+      SELECT $1::text, clock_timestamp() + $2::int8 * interval '1 millisecond', $3::int8 FROM d
+      ON CONFLICT (key) DO UPDATE SET until = excluded.until, fence = excluded.fence`,
+    inspect: `SELECT h.fence::text AS fence, h.value,
+        EXISTS (SELECT 1 FROM pg_locks WHERE ${inPgLocks('$2', '$3')} AND pid = h.pid) AS mine,
+        EXISTS (SELECT 1 FROM pg_locks WHERE ${inPgLocks('$2', '$3')}
+          AND database = (SELECT oid FROM pg_database WHERE datname = current_database())) AS held,
+        (SELECT fence::text FROM ${windows} WHERE key = $1::text AND until > clock_timestamp()) AS wfence,
+        (SELECT ${leftMs('until')} FROM ${windows} WHERE key = $1::text AND until > clock_timestamp()) AS wait
+      FROM (SELECT 1) one LEFT JOIN ${holders} h ON h.key = $1::text`,
+    list: `SELECT h.key, h.fence::text AS fence, h.value, -1::int8 AS wait FROM ${holders} h
+        WHERE starts_with(h.key, $1::text) AND EXISTS (SELECT 1 FROM pg_locks p
+          WHERE p.pid = h.pid AND p.locktype = 'advisory' AND p.objsubid = 1 AND p.granted
+            AND p.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+            AND p.classid = ((h.lk >> 32) & 4294967295)::oid AND p.objid = (h.lk & 4294967295)::oid)
+      UNION ALL
+      SELECT w.key, w.fence::text, NULL, ${leftMs('w.until')} FROM ${windows} w
+        WHERE starts_with(w.key, $1::text) AND w.until > clock_timestamp()`,
+    xactLock: `WITH ${epoch}, ${durable},
+      l AS (SELECT pg_advisory_xact_lock($1::int8) IS NULL AS waited FROM e, d),
+      ${grant('e, l').replace('VALUE', 'NULL::text')}
+      SELECT f.fence::text AS fence, pg_notify($3::text, $1::int8::text) AS n FROM f, (SELECT count(*) FROM g) g`,
+    tryXactLock: `WITH ${epoch}, ${durable},
+      l AS (SELECT pg_try_advisory_xact_lock($1::int8) AS got FROM e, d),
+      ${grant('e, l WHERE l.got').replace('VALUE', 'NULL::text')}
+      SELECT (SELECT fence::text FROM f) AS fence, (SELECT count(*) FROM g) AS g, EXISTS (SELECT 1 FROM e) AS epoch,
+        CASE WHEN EXISTS (SELECT 1 FROM f) THEN pg_notify($3::text, $1::int8::text) END AS n`,
     checkFence: `INSERT INTO ${seen} AS t (resource, fence) VALUES ($1::text, $2::int8)
       ON CONFLICT (resource) DO UPDATE SET fence = excluded.fence WHERE excluded.fence >= t.fence
       RETURNING t.fence::text AS fence`,
     highestSeen: `SELECT fence::text AS fence FROM ${seen} WHERE resource = $1::text`,
-    countKeys: `SELECT count(*)::int AS n FROM ${fences} WHERE starts_with(key, $1::text)`,
+    getResult: `SELECT value FROM ${results} WHERE key = $1::text AND expires > clock_timestamp()`,
+    putResult: `WITH ${durable},
+      ok AS (SELECT 1 FROM pg_locks WHERE pid = pg_backend_pid() AND ${inPgLocks('$4', '$5')}),
+      c AS (DELETE FROM ${results} WHERE key IN (SELECT key FROM ${results}
+        WHERE expires < clock_timestamp() AND key <> $1::text LIMIT 100))
+      INSERT INTO ${results} AS r (key, value, expires)
+      SELECT $1::text, $2::text, clock_timestamp() + $3::int8 * interval '1 millisecond' FROM ok, d
+      ON CONFLICT (key) DO UPDATE SET value = excluded.value, expires = excluded.expires
+      RETURNING true AS ok`,
+    countKeys: `SELECT (SELECT count(*) FROM ${holders} WHERE starts_with(key, $1::text))
+      + (SELECT count(*) FROM ${windows} WHERE starts_with(key, $1::text))
+      + (SELECT count(*) FROM ${results} WHERE starts_with(key, $1::text)) AS n`,
   };
   cache.set(quotedSchema, s);
   return s;
@@ -98,32 +266,58 @@ async function existing(q: Queryable, quotedSchema: string): Promise<{ schema: b
   const rows = await q.query(
     `SELECT (SELECT count(*) FROM pg_namespace WHERE nspname = $1)::int AS ns,
        (SELECT count(*) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-         WHERE n.nspname = $1 AND c.relname IN ('leasehold_fences', 'leasehold_fence_seen'))::int AS tables`,
-    [quotedSchema.slice(1, -1)],
+         WHERE n.nspname = $1 AND c.relname = ANY ($2::text[]))::int AS tables`,
+    [quotedSchema.slice(1, -1), `{${TABLES.join(',')}}`],
   );
   return { schema: Number(rows[0]?.ns) > 0, tables: Number(rows[0]?.tables) };
 }
 
-/** True when both tables exist (visible to this connection's snapshot). */
+/** True when all tables exist (visible to this connection's snapshot). */
 export async function tablesExist(q: Queryable, quotedSchema: string): Promise<boolean> {
-  return (await existing(q, quotedSchema)).tables === 2;
+  return (await existing(q, quotedSchema)).tables === TABLES.length;
 }
 
 /**
- * Creates the schema (if missing) and both tables inside the transaction `tx`, serialised by a
+ * Creates the schema (if missing) and the tables inside the transaction `tx`, serialised by a
  * transaction-level advisory lock so concurrent first uses cannot collide. Idempotent. (Under
  * REPEATABLE READ the snapshot predates the wait: run `migrate()` beforehand.)
  */
 export async function createTables(tx: Queryable, quotedSchema: string): Promise<void> {
-  const s = statements(quotedSchema);
   await tx.query(`SELECT pg_advisory_xact_lock($1::int8) IS NULL AS waited`, [MIGRATE_KEY]);
   const now = await existing(tx, quotedSchema);
-  if (now.tables === 2) return;
+  if (now.tables === TABLES.length) return;
   if (!now.schema) await tx.query(`CREATE SCHEMA IF NOT EXISTS ${quotedSchema}`);
-  await tx.query(
-    `CREATE TABLE IF NOT EXISTS ${s.fences} (key text PRIMARY KEY, fence bigint NOT NULL) WITH (fillfactor = 70)`,
+  const t = (name: string) => `${quotedSchema}.${name}`;
+  const [had] = await tx.query(
+    `SELECT (SELECT count(*) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+       WHERE n.nspname = $1 AND c.relname = 'leasehold_fence_seq')::int AS seq,
+     current_setting('server_version_num')::int AS v`,
+    [quotedSchema.slice(1, -1)],
   );
-  await tx.query(
-    `CREATE TABLE IF NOT EXISTS ${s.seen} (resource text PRIMARY KEY, fence bigint NOT NULL) WITH (fillfactor = 70)`,
-  );
+  // UNLOGGED sequences exist from 15 on; before, a logged one (WAL every 32 values) is as safe
+  const unlogged = Number(had?.v) >= 150000 ? 'UNLOGGED ' : '';
+  for (const ddl of [
+    // CACHE 1: every nextval goes through the one shared counter, so fences follow grant order;
+    // NO CYCLE: 2^40 grants in one server start is an error, never a wrap-around
+    `CREATE ${unlogged}SEQUENCE IF NOT EXISTS ${t('leasehold_fence_seq')} AS bigint MINVALUE 1
+       MAXVALUE ${(1n << EPOCH_SHIFT) - 1n} NO CYCLE CACHE 1`,
+    `CREATE TABLE IF NOT EXISTS ${t('leasehold_fences')} (key text PRIMARY KEY, fence bigint NOT NULL) WITH (fillfactor = 70)`,
+    `CREATE TABLE IF NOT EXISTS ${t('leasehold_fence_seen')} (resource text PRIMARY KEY, fence bigint NOT NULL) WITH (fillfactor = 70)`,
+    `CREATE TABLE IF NOT EXISTS ${t('leasehold_epoch')} (id int PRIMARY KEY CHECK (id = 1), epoch bigint NOT NULL, started timestamptz NOT NULL)`,
+    // lk: the advisory key, for list's join with pg_locks
+    `CREATE UNLOGGED TABLE IF NOT EXISTS ${t('leasehold_holders')} (key text PRIMARY KEY, fence bigint NOT NULL,
+       pid int NOT NULL, value text, lk bigint NOT NULL, attn timestamptz)
+       WITH (fillfactor = 70)`,
+    `CREATE TABLE IF NOT EXISTS ${t('leasehold_windows')} (key text PRIMARY KEY, until timestamptz NOT NULL, fence bigint NOT NULL)`,
+    `CREATE TABLE IF NOT EXISTS ${t('leasehold_results')} (key text PRIMARY KEY, value text NOT NULL, expires timestamptz NOT NULL)`,
+  ]) {
+    await tx.query(ddl);
+  }
+  if (Number(had?.seq) === 0) {
+    // Fences came from per-key counters until the shared sequence existed: the next epoch puts
+    // every fence of the sequence above them (durably, as every epoch bump)
+    await tx.query(`SELECT set_config('synchronous_commit', 'local', true)
+      WHERE current_setting('synchronous_commit') = 'off'`);
+    await tx.query(`UPDATE ${t('leasehold_epoch')} SET epoch = epoch + 1`);
+  }
 }

@@ -11,7 +11,7 @@
  */
 import { BackendError, InvalidArgumentError, StaleFenceError } from '../../errors.js';
 import { adaptTx } from './adapt.js';
-import { backendError, type Queryable, type Row } from './client.js';
+import { backendError, schemaError, type Queryable, type Row, type TransactionLike } from './client.js';
 import { advisoryKey, checkKey, checkOptions, describe, quoteIdent } from './keys.js';
 import { createTables, statements, tablesExist } from './sql.js';
 
@@ -96,16 +96,22 @@ async function lock(
   try {
     await ensure(q, r.quotedSchema);
   } catch (e) {
-    throw backendError(e, `${what}: creating the fence table`);
+    throw schemaError(e, what);
   }
   const params = [advisoryKey(r.fullKey).toString(), r.fullKey, r.channel];
-  const rows = await run(q, r.quotedSchema, q.identity, wait ? s.xactLock : s.tryXactLock, params, what);
-  const row = rows[0];
-  if (!row) {
-    if (wait) throw new BackendError(`postgres: ${what} returned no row`);
-    return null;
+  for (let round = 0; ; round++) {
+    const rows = await run(q, r.quotedSchema, q.identity, wait ? s.xactLock : s.tryXactLock, params, what);
+    const row = rows[0];
+    const noEpoch = wait ? !row : row?.epoch === false;
+    if (noEpoch) {
+      // the first grant since the server started records its fence epoch (durably, in this transaction)
+      if (round > 0) throw new BackendError(`postgres: ${what} could not record the fence epoch of this server start`);
+      await run(q, r.quotedSchema, q.identity, s.bumpEpoch, [], what);
+      continue;
+    }
+    if (!row || row.fence == null) return null;
+    return BigInt(String(row.fence));
   }
-  return BigInt(String(row.fence));
 }
 
 /**
@@ -114,12 +120,12 @@ async function lock(
  * COMMIT/ROLLBACK. The fence bump is part of the transaction: if it rolls back, the fence may be
  * issued again, so only use it for writes made in the same transaction (see docs/postgres.md).
  */
-export async function xactLock(tx: unknown, key: string, opts?: XactLockOptions): Promise<bigint> {
+export async function xactLock(tx: TransactionLike, key: string, opts?: XactLockOptions): Promise<bigint> {
   return (await lock(tx, key, opts, true)) as bigint;
 }
 
 /** Like `xactLock`, but resolves null at once when another session or transaction holds the key. */
-export async function tryXactLock(tx: unknown, key: string, opts?: XactLockOptions): Promise<bigint | null> {
+export async function tryXactLock(tx: TransactionLike, key: string, opts?: XactLockOptions): Promise<bigint | null> {
   return lock(tx, key, opts, false);
 }
 
@@ -136,7 +142,7 @@ function toFence(fence: unknown): bigint {
  * back. One statement when accepted; a second read only to report the highest on rejection.
  */
 export async function checkFence(
-  tx: unknown,
+  tx: TransactionLike,
   resource: string,
   fence: bigint,
   opts?: CheckFenceOptions,
@@ -150,7 +156,7 @@ export async function checkFence(
   try {
     await ensure(q, quotedSchema);
   } catch (e) {
-    throw backendError(e, 'checkFence: creating the fence table');
+    throw schemaError(e, 'checkFence');
   }
   const rows = await run(q, quotedSchema, q.identity, s.checkFence, [resource, f.toString()], 'checkFence');
   if (rows.length > 0) return;

@@ -4,7 +4,32 @@
  * keys and tokens travel only as KEYS/ARGV.
  */
 import { createHash } from 'node:crypto';
+import { inspect } from 'node:util';
 import { BackendError, InvalidArgumentError } from '../../errors.js';
+import { scrubError } from '../../scrub.js';
+import { race } from '../../wait.js';
+import { slotOf } from './slots.js';
+
+/**
+ * The ioredis client methods leasehold calls (a `Redis` or a `Cluster`). Structural on purpose:
+ * leasehold's declarations never import ioredis, so a project without it still type-checks.
+ */
+export interface IoredisLike {
+  evalsha(...args: never[]): unknown;
+  eval(...args: never[]): unknown;
+  pipeline(...args: never[]): unknown;
+  duplicate(...args: never[]): unknown;
+}
+
+/** The node-redis (v4+) client methods leasehold calls (`createClient()`, connected). */
+export interface NodeRedisLike {
+  evalSha(...args: never[]): unknown;
+  eval(...args: never[]): unknown;
+  duplicate(...args: never[]): unknown;
+}
+
+/** An ioredis or node-redis client: what `redis()`, `redlock()` and `fencedSet()` accept. */
+export type RedisClientLike = IoredisLike | NodeRedisLike;
 
 export interface Script {
   readonly source: string;
@@ -25,8 +50,23 @@ export type MessageListener = (channel: string, message: string) => void;
 
 export interface RedisAdapter {
   readonly kind: 'ioredis' | 'node-redis';
-  /** Runs scripts in one round trip (pipelined); results in order, an Error per failed call. */
+  /** A Redis Cluster client (ioredis `Cluster`, node-redis `createCluster`). */
+  readonly cluster: boolean;
+  /**
+   * Runs scripts in one round trip per node (pipelined); results in order, an Error per failed
+   * call. On a cluster each call's keys must share one slot; calls go to their slots' masters.
+   */
   run(calls: readonly ScriptCall[]): Promise<unknown[]>;
+  /**
+   * One adapter per master (each runs keyless scripts such as SCAN on that node); `[this]` for
+   * a single server. The adapters share the user's connections and own nothing to close.
+   */
+  masters(): Promise<RedisAdapter[]>;
+  /**
+   * Cluster: an adapter on the master that serves `slot` by the client's current slot table
+   * (scripts sent through it reach that node only, with no redirection), or null if unknown.
+   */
+  nodeFor?(slot: number): Promise<{ id: string; adapter: RedisAdapter } | null>;
   /** A second connection for SUBSCRIBE, created on first use and closed by `close()`. */
   subscribe(channel: string, listener: MessageListener): Promise<void>;
   unsubscribe(channel: string): Promise<void>;
@@ -36,16 +76,12 @@ export interface RedisAdapter {
 /** How long close() lets a subscriber connection say goodbye before dropping it. */
 const CLOSE_TIMEOUT_MS = 1000;
 
-/** 'ok', 'error' or 'timeout', never rejecting. */
-function settleWithin(p: Promise<unknown>, ms: number): Promise<'ok' | 'error' | 'timeout'> {
-  return new Promise((resolve) => {
-    const t = setTimeout(() => resolve('timeout'), ms);
-    p.then(
-      () => (clearTimeout(t), resolve('ok')),
-      () => (clearTimeout(t), resolve('error')),
-    );
-  });
-}
+/** True if `p` fulfilled within `ms`; never rejects. */
+const settledWithin = (p: Promise<unknown>, ms: number): Promise<boolean> =>
+  race(p, { ms }).then(
+    () => true,
+    () => false,
+  );
 
 const isNoScript = (e: unknown) => e instanceof Error && /NOSCRIPT/i.test(e.message);
 
@@ -61,30 +97,76 @@ export function adapt(client: unknown, what = 'client'): RedisAdapter {
   throw new InvalidArgumentError(`${what} must be an ioredis or node-redis (v4+) client`);
 }
 
+/**
+ * A client error as a BackendError whose cause is scrubbed: ioredis attaches the command's
+ * arguments (lease tokens) to reply errors, and a client error may reach the client's options.
+ */
 function wrap(e: unknown): Error {
-  return e instanceof Error ? new BackendError(`redis: ${e.message}`, { cause: e }) : new BackendError(String(e));
+  if (e instanceof BackendError) return scrubError(e);
+  const cause = scrubError(e);
+  return new BackendError(`redis: ${cause.message}`, { cause });
 }
+
+/** Neither the client nor its options (a password) print, at any depth. */
+const hidden = (kind: string) => `RedisAdapter { ${kind} }`;
 
 class IoredisAdapter implements RedisAdapter {
   readonly kind = 'ioredis' as const;
-  private sub: any = null;
-  private subReady: Promise<any> | null = null;
+  readonly cluster: boolean;
+  [inspect.custom](): string {
+    return hidden(this.kind);
+  }
+  toJSON(): { kind: string } {
+    return { kind: this.kind };
+  }
+  /** Subscriber connections: one, or on a Cluster one per master (see connectSub). */
+  private subs: any[] | null = null;
   private readonly listeners = new Map<string, MessageListener>();
-  constructor(private readonly client: any) {}
+  constructor(private readonly client: any) {
+    this.cluster = client.isCluster === true;
+  }
 
   async run(calls: readonly ScriptCall[]): Promise<unknown[]> {
-    const once = async (useEval: boolean) => {
-      if (calls.length === 1) {
-        const { script: s, keys, args } = calls[0]!;
+    if (this.cluster && calls.length > 1) return runPerNode(this.client, calls, (group) => this.runOne(group));
+    return this.runOne(calls);
+  }
+
+  async masters(): Promise<RedisAdapter[]> {
+    if (!this.cluster) return [this];
+    return (this.client.nodes('master') as unknown[]).map((n) => new IoredisAdapter(n));
+  }
+
+  private readonly nodes = new Map<string, RedisAdapter>();
+  async nodeFor(slot: number): Promise<{ id: string; adapter: RedisAdapter } | null> {
+    const id = (this.client.slots?.[slot] as string[] | undefined)?.[0];
+    if (!this.cluster || !id) return null;
+    let adapter = this.nodes.get(id);
+    if (!adapter) {
+      const node = (this.client.nodes('master') as any[]).find((n) => `${n.options.host}:${n.options.port}` === id);
+      if (!node) return null;
+      this.nodes.set(id, (adapter = new IoredisAdapter(node)));
+    }
+    return { id, adapter };
+  }
+
+  private async runOne(calls: readonly ScriptCall[]): Promise<unknown[]> {
+    if (calls.length === 1) {
+      // the common case (an acquire, a release): no pipeline, no closure, one reply
+      const call = calls[0]!;
+      let r: unknown;
+      try {
+        r = await this.evalOne(call, false);
+      } catch (e) {
+        if (!isNoScript(e)) return [wrap(e)];
         try {
-          const r = useEval
-            ? await this.client.eval(s.source, keys.length, ...keys, ...args)
-            : await this.client.evalsha(s.sha, keys.length, ...keys, ...args);
-          return [r];
-        } catch (e) {
-          return [e as Error];
+          r = await this.evalOne(call, true);
+        } catch (e2) {
+          return [wrap(e2)];
         }
       }
+      return [r instanceof Error ? wrap(r) : r];
+    }
+    const once = async (useEval: boolean) => {
       const p = this.client.pipeline();
       for (const { script: s, keys, args } of calls) {
         if (useEval) p.eval(s.source, keys.length, ...keys, ...args);
@@ -104,49 +186,116 @@ class IoredisAdapter implements RedisAdapter {
     return res.map((r) => (r instanceof Error ? wrap(r) : r));
   }
 
-  private connectSub(): Promise<any> {
-    if (!this.subReady) {
-      const sub = this.client.duplicate({ lazyConnect: false, enableAutoPipelining: false });
-      this.sub = sub;
-      sub.on('error', () => {}); // reconnects on its own; waiters fall back to bounded polling
-      sub.on('message', (channel: string, message: string) => this.listeners.get(channel)?.(channel, String(message)));
-      this.subReady = Promise.resolve(sub);
+  private evalOne({ script: s, keys, args }: ScriptCall, useEval: boolean): Promise<unknown> {
+    return useEval
+      ? this.client.eval(s.source, keys.length, ...keys, ...args)
+      : this.client.evalsha(s.sha, keys.length, ...keys, ...args);
+  }
+
+  /**
+   * On a Cluster, one subscriber per master known at the first subscription: a message published
+   * on a master reaches that master's own subscribers at once, while the cluster bus relays it to
+   * the other nodes up to ~40 ms late (its node-to-node links do not set TCP_NODELAY: Redis issue
+   * 11869, Valkey 1758). A message then arrives once per master (the extra copies late): every
+   * listener here takes repeats (a wake-up re-attempts, a watcher re-reads). After a failover a
+   * new master's messages still arrive, through the bus.
+   */
+  private connectSub(): any[] {
+    if (!this.subs) {
+      const opts = { lazyConnect: false, enableAutoPipelining: false };
+      const masters: any[] = this.cluster ? this.client.nodes('master') : [];
+      // a Cluster's duplicate takes (startupNodes, options); [] keeps the original nodes
+      const subs =
+        masters.length > 0
+          ? masters.map((n) => n.duplicate(opts))
+          : [this.cluster ? this.client.duplicate([], opts) : this.client.duplicate(opts)];
+      for (const sub of subs) {
+        sub.on('error', () => {}); // reconnects on its own; waiters fall back to bounded polling
+        sub.on('message', (channel: string, message: string) =>
+          this.listeners.get(channel)?.(channel, String(message)),
+        );
+      }
+      this.subs = subs;
     }
-    return this.subReady as Promise<any>;
+    return this.subs;
   }
 
   async subscribe(channel: string, listener: MessageListener): Promise<void> {
     this.listeners.set(channel, listener);
-    const sub = await this.connectSub();
-    await sub.subscribe(channel);
+    const subs = this.connectSub();
+    // subscribed once any node confirms: every node delivers every message (the bus relays it)
+    await Promise.any(subs.map((sub) => sub.subscribe(channel))).catch((e: unknown) => {
+      throw e instanceof AggregateError ? e.errors[0] : e;
+    });
   }
 
   async unsubscribe(channel: string): Promise<void> {
     this.listeners.delete(channel);
-    if (this.sub) await this.sub.unsubscribe(channel).catch(() => {});
+    if (this.subs) await Promise.all(this.subs.map((sub) => sub.unsubscribe(channel).catch(() => {})));
   }
 
   async close(): Promise<void> {
-    const sub = this.sub;
-    this.sub = null;
-    this.subReady = null;
+    const subs = this.subs ?? [];
+    this.subs = null;
     this.listeners.clear();
-    if (sub) {
-      // QUIT waits for the server: bounded, so a frozen (SIGSTOPped) node cannot hang close().
-      const quit = await settleWithin(sub.quit(), CLOSE_TIMEOUT_MS);
-      if (quit !== 'ok') sub.disconnect();
-    }
+    await Promise.all(
+      subs.map(async (sub) => {
+        // QUIT waits for the server: bounded, so a frozen (SIGSTOPped) node cannot hang close().
+        if (!(await settledWithin(sub.quit(), CLOSE_TIMEOUT_MS))) sub.disconnect();
+      }),
+    );
   }
 }
 
 class NodeRedisAdapter implements RedisAdapter {
   readonly kind = 'node-redis' as const;
-  private sub: any = null;
-  private subReady: Promise<any> | null = null;
-  constructor(private readonly client: any) {}
+  /** node-redis routes each command to its slot's master and follows MOVED/ASK itself. */
+  readonly cluster: boolean;
+  [inspect.custom](): string {
+    return hidden(this.kind);
+  }
+  toJSON(): { kind: string } {
+    return { kind: this.kind };
+  }
+  /** Subscriber connections (connectSub); `sub` is set once its client exists. */
+  private subs: { sub: any; ready: Promise<any> }[] | null = null;
+  /**
+   * Scripts may go through `sendCommand` as they are: one server (not a cluster, which routes by
+   * key) and no `keyPrefix` (which node-redis adds to KEYS only through its own commands).
+   */
+  private readonly raw: boolean;
+  constructor(private readonly client: any) {
+    this.cluster = typeof client.getSlotMaster === 'function' && typeof client.sSubscribe === 'function';
+    // `sendCommand(args, options)`: a client or a pool; a Sentinel's and a cluster's take more
+    this.raw = !this.cluster && typeof client.sendCommand === 'function' && client.sendCommand.length === 2;
+    this.raw &&= noKeyPrefix(client);
+  }
 
   async run(calls: readonly ScriptCall[]): Promise<unknown[]> {
-    // node-redis pipelines every command issued in the same tick into one write.
+    if (calls.length === 1 && this.raw) {
+      // the common case (an acquire, a release) on one server: the command as it goes on the
+      // wire, without node-redis's per-command parser (which would only copy it)
+      const { script: s, keys, args } = calls[0]!;
+      const cmd: string[] = ['EVALSHA', s.sha, String(keys.length)];
+      for (const k of keys) cmd.push(k);
+      for (const a of args) cmd.push(typeof a === 'string' ? a : String(a));
+      let r: unknown;
+      try {
+        r = await this.client.sendCommand(cmd);
+      } catch (e) {
+        if (!isNoScript(e)) return [wrap(e)];
+        cmd[0] = 'EVAL';
+        cmd[1] = s.source;
+        try {
+          r = await this.client.sendCommand(cmd);
+        } catch (e2) {
+          return [wrap(e2)];
+        }
+      }
+      return [r instanceof Error ? wrap(r) : r];
+    }
+    // node-redis pipelines every command issued in the same tick into one write (per node on a
+    // cluster, where it routes each call by its first key and follows MOVED/ASK).
     const once = (useEval: boolean) =>
       Promise.all(
         calls.map(({ script: s, keys, args }) => {
@@ -160,42 +309,137 @@ class NodeRedisAdapter implements RedisAdapter {
     return res.map((r) => (r instanceof Error ? wrap(r) : r));
   }
 
-  private connectSub(): Promise<any> {
-    if (!this.subReady) {
-      const sub = this.client.duplicate();
-      this.sub = sub;
-      sub.on('error', () => {});
-      this.subReady = sub.connect().then(() => sub);
+  async masters(): Promise<RedisAdapter[]> {
+    if (!this.cluster) return [this];
+    const nodes = this.client.masters as unknown[];
+    return Promise.all(nodes.map(async (n) => new NodeRedisAdapter(await this.client.nodeClient(n))));
+  }
+
+  private readonly nodes = new Map<string, { client: unknown; adapter: RedisAdapter }>();
+  async nodeFor(slot: number): Promise<{ id: string; adapter: RedisAdapter } | null> {
+    if (!this.cluster) return null;
+    const master = this.client.getSlotMaster(slot) as { address?: string } | undefined;
+    if (!master?.address) return null;
+    const client = await this.client.nodeClient(master);
+    let e = this.nodes.get(master.address);
+    if (!e || e.client !== client)
+      this.nodes.set(master.address, (e = { client, adapter: new NodeRedisAdapter(client) }));
+    return { id: master.address, adapter: e.adapter };
+  }
+
+  /** Subscriber connections; on a Cluster one per master, as IoredisAdapter.connectSub says why. */
+  private connectSub(): { sub: any; ready: Promise<any> }[] {
+    if (!this.subs) {
+      const masters: any[] = this.cluster ? this.client.masters : [];
+      const starts: Promise<any>[] =
+        masters.length > 0
+          ? masters.map((m) => Promise.resolve(this.client.nodeClient(m)).then((c: any) => c.duplicate()))
+          : [Promise.resolve(this.client.duplicate())];
+      this.subs = starts.map((start) => {
+        const entry = { sub: null as any, ready: Promise.resolve(null as any) };
+        entry.ready = start.then((sub: any) => {
+          entry.sub = sub;
+          sub.on('error', () => {});
+          return sub.connect().then(() => sub);
+        });
+        entry.ready.catch(() => {});
+        return entry;
+      });
     }
-    return this.subReady as Promise<any>;
+    return this.subs;
   }
 
   async subscribe(channel: string, listener: MessageListener): Promise<void> {
-    const sub = await this.connectSub();
-    await sub.subscribe(channel, (message: unknown) => listener(channel, String(message)));
+    const subs = this.connectSub();
+    // subscribed once any node confirms: every node delivers every message (the bus relays it)
+    await Promise.any(
+      subs.map(async ({ ready }) => (await ready).subscribe(channel, (m: unknown) => listener(channel, String(m)))),
+    ).catch((e: unknown) => {
+      throw e instanceof AggregateError ? e.errors[0] : e;
+    });
   }
 
   async unsubscribe(channel: string): Promise<void> {
-    if (this.sub) await this.sub.unsubscribe(channel).catch(() => {});
+    if (this.subs)
+      await Promise.all(this.subs.map(({ sub }) => (sub ? sub.unsubscribe(channel).catch(() => {}) : undefined)));
   }
 
   async close(): Promise<void> {
-    const sub = this.sub;
-    const ready = this.subReady;
-    this.sub = null;
-    this.subReady = null;
-    if (!sub) return;
-    // Bounded at every step, so a frozen (SIGSTOPped) node cannot hang close().
-    const connected = ready ? await settleWithin(ready, CLOSE_TIMEOUT_MS) : 'error';
-    const quit =
-      connected === 'ok' ? await settleWithin(sub.close ? sub.close() : sub.quit(), CLOSE_TIMEOUT_MS) : 'error';
-    if (quit !== 'ok') {
-      try {
-        if (sub.destroy) sub.destroy();
-        else sub.disconnect();
-      } catch {
-        /* already gone */
-      }
-    }
+    const subs = this.subs ?? [];
+    this.subs = null;
+    await Promise.all(
+      subs.map(async (entry) => {
+        // Bounded at every step, so a frozen (SIGSTOPped) node cannot hang close().
+        const connected = await settledWithin(entry.ready, CLOSE_TIMEOUT_MS);
+        const sub = entry.sub; // read after waiting: a close() right after subscribe() finds it set
+        if (!sub) return;
+        const quit = connected && (await settledWithin(sub.close ? sub.close() : sub.quit(), CLOSE_TIMEOUT_MS));
+        if (!quit) {
+          try {
+            if (sub.destroy) sub.destroy();
+            else sub.disconnect();
+          } catch {
+            /* already gone */
+          }
+        }
+      }),
+    );
   }
+}
+
+/** node-redis's `keyPrefix` (v5.x+; `_keyPrefix` on the client), read without throwing. */
+function noKeyPrefix(client: any): boolean {
+  try {
+    const o = client.options;
+    return client._keyPrefix === undefined && o?.keyPrefix === undefined && o?.clientOptions?.keyPrefix === undefined;
+  } catch {
+    return false;
+  }
+}
+
+const isRedirect = (e: unknown) => e instanceof Error && /\b(MOVED|ASK|TRYAGAIN|CLUSTERDOWN)\b/.test(e.message);
+
+/**
+ * ioredis `Cluster`: a pipeline must stay within one node's slots, so calls are grouped by the
+ * node that serves their slot (by the client's slot table) and each group is one pipeline, all
+ * sent at once: one round trip per node. A call that met MOVED/ASK (resharding, failover) or a
+ * group the client refused (its slot table changed under us) is sent again on its own, where
+ * the client follows the redirection.
+ */
+async function runPerNode(
+  client: any,
+  calls: readonly ScriptCall[],
+  runGroup: (calls: readonly ScriptCall[]) => Promise<unknown[]>,
+): Promise<unknown[]> {
+  const groups = new Map<string, number[]>();
+  calls.forEach((c, i) => {
+    const slot = c.keys.length ? slotOf(c.keys[0]!) : 0;
+    const owner: string = (client.slots?.[slot] as string[] | undefined)?.[0] ?? `slot:${slot}`;
+    const g = groups.get(owner);
+    if (g) g.push(i);
+    else groups.set(owner, [i]);
+  });
+  const out: unknown[] = new Array(calls.length);
+  await Promise.all(
+    [...groups.values()].map(async (idx) => {
+      let res: unknown[] | null = null;
+      try {
+        res = await runGroup(idx.map((i) => calls[i]!));
+      } catch {
+        res = null; // the whole pipeline was refused: each call alone below
+      }
+      const again: number[] = [];
+      idx.forEach((i, j) => {
+        const r = res?.[j];
+        if (!res || isRedirect(r)) again.push(i);
+        else out[i] = r;
+      });
+      await Promise.all(
+        again.map(async (i) => {
+          [out[i]] = await runGroup([calls[i]!]);
+        }),
+      );
+    }),
+  );
+  return out;
 }

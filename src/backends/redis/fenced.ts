@@ -3,8 +3,8 @@
  * the highest fence that resource has accepted, in one script (check and write are atomic).
  */
 import { InvalidArgumentError, StaleFenceError } from '../../errors.js';
-import { checkKey } from '../../validate.js';
-import { adapt, script } from './client.js';
+import { checkKey, checkString } from '../../validate.js';
+import { adapt, script, type RedisClientLike } from './client.js';
 
 /** KEYS value highest; ARGV value fence → {1, fence} accepted | {0, highest} stale */
 const FENCED_SET = script(`
@@ -17,23 +17,31 @@ redis.call('SET', KEYS[2], ARGV[2])
 return { 1, ARGV[2] }
 `);
 
-/** The Redis key that holds the highest fence accepted for `key`. */
-export const fenceKeyOf = (key: string): string => `{${key}}:fence-seen`;
+/**
+ * The Redis key that holds the value of resource `key`: `leasehold-resource:{key}`. Resources
+ * live in their own namespace: every lock key starts with `{`, so no resource name can collide
+ * with a lock (or its fence counter, queue, value or result).
+ */
+export const resourceKeyOf = (key: string): string => `leasehold-resource:{${key}}`;
+
+/** The Redis key that holds the highest fence accepted for resource `key`. */
+export const fenceKeyOf = (key: string): string => `${resourceKeyOf(key)}:fence-seen`;
 
 /**
- * Sets `key` to `value` if `fence` is ≥ the highest fence accepted for `key` (equal passes: the
- * same holder writing again), else throws StaleFenceError and writes nothing. The value key is
- * `{key}` and its fence is kept in `{key}:fence-seen`, so both live in one slot.
+ * Sets resource `key` to `value` if `fence` is ≥ the highest fence accepted for it (equal passes:
+ * the same holder writing again), else throws StaleFenceError and writes nothing. The value is
+ * kept in `resourceKeyOf(key)` and its fence in `fenceKeyOf(key)`: one hash slot, and a
+ * namespace of their own (a resource never overwrites a lock, whatever its name).
  */
-export async function fencedSet(client: unknown, key: string, value: string, fence: bigint): Promise<void> {
+export async function fencedSet(client: RedisClientLike, key: string, value: string, fence: bigint): Promise<void> {
   checkKey(key);
-  if (typeof value !== 'string') throw new InvalidArgumentError('fencedSet: value must be a string');
+  checkString(value, 'fencedSet: value', Infinity, true); // well-formed: stored as UTF-8 as is
   if (typeof fence !== 'bigint' || fence < 0n)
     throw new InvalidArgumentError('fencedSet: fence must be a non-negative bigint');
   const adapter = adapt(client, 'fencedSet(client)');
   // fences compare as decimal strings of equal form (no leading zeros): length first, then text
   const [r] = await adapter.run([
-    { script: FENCED_SET, keys: [`{${key}}`, fenceKeyOf(key)], args: [value, fence.toString()] },
+    { script: FENCED_SET, keys: [resourceKeyOf(key), fenceKeyOf(key)], args: [value, fence.toString()] },
   ]);
   if (r instanceof Error) throw r;
   const [ok, top] = r as [number, string];

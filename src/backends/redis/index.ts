@@ -1,23 +1,93 @@
 /**
- * Single-node Redis backend for ioredis and node-redis. Acquire: one script (SET NX PX + INCR of
- * the fence; a fair arrival queue once anyone waits). Release: one script (compare-and-delete,
- * then PUBLISH to wake the queue's head only). Extend: one script per chunk of leases, all
- * chunks pipelined in one round trip. Waiters subscribe to the key's channel on one shared
- * subscriber connection and re-check (bounded by the holder's TTL) if a message is missed.
+ * Single-node Redis backend for ioredis and node-redis. Acquire: one script (SET NX PX + the
+ * fence; a fair arrival queue once anyone waits). Release: one script (compare-and-delete, then
+ * the lock is handed to the queue's first live waiter with a short claim lease, and one message
+ * on that waiter's backend channel wakes it; its next acquire confirms). Extend: one script per
+ * chunk of leases, all chunks pipelined in one round trip. Each backend subscribes to its own
+ * channel once; a waiter also re-checks within a bound (a lost message, a dead head).
  */
-import type { AcquireRequest, Backend, ExtendItem, Grant, LockInfo, ResultStore } from '../../backend.js';
-import { checkOptions } from '../../validate.js';
-import { adapt, type RedisAdapter } from './client.js';
-import { ACQUIRE, EXTEND, EXTEND_MANY, GET_RESULT, INSPECT, LEAVE, PUT_RESULT, RELEASE } from './scripts.js';
-import { digestOf, Wakeups } from './wakeups.js';
+import { randomBytes } from 'node:crypto';
+import { inspect } from 'node:util';
+import type {
+  AcquireRequest,
+  Backend,
+  ExtendItem,
+  Grant,
+  LockInfo,
+  ResultStore,
+  SessionRenewal,
+} from '../../backend.js';
+import { toMs, type Duration } from '../../duration.js';
+import { BackendError, InvalidArgumentError } from '../../errors.js';
+import { driftMs } from '../../lease.js';
+import { checkBoolean, checkOptions } from '../../validate.js';
+import { now } from '../../wait.js';
+import { adapt, type RedisAdapter, type RedisClientLike, type ScriptCall } from './client.js';
+import {
+  ACQUIRE,
+  EXTEND_MANY,
+  GET_RESULT,
+  INSPECT,
+  LEAVE,
+  PUT_RESULT,
+  REFRESH_MANY,
+  RELEASE,
+  RENEW_SESSION,
+} from './scripts.js';
+import { Wakeups } from './wakeups.js';
+import { redisAdmin } from './list.js';
+import { Watchers } from './watch.js';
+import { clusterExtend, renewalCalls, spreadFlags } from './cluster.js';
 
-export { fencedSet, fenceKeyOf } from './fenced.js';
-export { adapt, script, type RedisAdapter, type Script, type ScriptCall } from './client.js';
+export { fencedSet, fenceKeyOf, resourceKeyOf } from './fenced.js';
+export {
+  adapt,
+  script,
+  type IoredisLike,
+  type NodeRedisLike,
+  type RedisAdapter,
+  type RedisClientLike,
+  type Script,
+  type ScriptCall,
+} from './client.js';
 
 export interface RedisOptions {
-  /** How long a key's subscription lingers after its last waiter left (default 2000ms). */
-  lingerMs?: number;
+  /** How long a key's `watch` subscription lingers after its last watcher left (default 2000ms; 0 or more). */
+  lingerMs?: Duration;
+  /**
+   * How long a queued waiter's place lasts unless the waiter refreshes it (default 3s, at least
+   * 300ms). Whatever the lease TTL: a waiter that died stops blocking the lock after this long.
+   * A waiting caller refreshes its place every third of it.
+   */
+  placeTtl?: Duration;
+  /**
+   * How long a key's fence counter outlives its last grant or renewal (default 24h, at least
+   * 1s). A counter that is gone is seeded again from the server's clock, above every fence it
+   * issued before, as long as that clock did not step back by more than this (docs/redis.md).
+   */
+  fenceIdle?: Duration;
+  /**
+   * Session renewal (default false; single server or Sentinel, not Redis Cluster): renewed leases
+   * hang off one session key per TTL of this backend, and a renewal tick renews only those keys
+   * (one round trip, whatever the number of leases). A lock whose session lapsed is free. A lock
+   * deleted or overwritten from outside is noticed at its rare refresh (docs/redis.md, "Sessions").
+   */
+  session?: boolean;
 }
+
+/** The backend's settings, resolved. */
+export interface RedisConfig {
+  readonly lingerMs: number;
+  readonly placeMs: number;
+  readonly fenceIdleMs: number;
+  /** Session renewal (RedisOptions.session). */
+  readonly session?: boolean;
+  /** How long a lock handed to a waiter by a release waits for that waiter to confirm it. */
+  readonly claimMs: number;
+}
+
+/** A hand-over's claim lease: a few round trips on a loaded machine; a dead head costs this once. */
+const CLAIM_MS = 500;
 
 /** The Redis keys of one lock. */
 export function redisKeys(key: string) {
@@ -29,16 +99,62 @@ export function redisKeys(key: string) {
     qx: `${k}:qx`,
     value: `${k}:v`,
     result: `${k}:result`,
-    channel: `${k}:released`,
+    qv: `${k}:qv`,
+    changed: `${k}:changed`,
   };
 }
 
 /** Leases per EXTEND_MANY call (all calls of a tick are pipelined together). */
 const CHUNK = 256;
 
-export function redis(client: unknown, options?: RedisOptions): RedisBackend {
-  const o = checkOptions<RedisOptions>(options, ['lingerMs'], 'redis');
-  return new RedisBackend(adapt(client, 'redis(client)'), o.lingerMs ?? 2000, client);
+/**
+ * Session mode: the PX of a lock that hangs off a session, at least (3 × its TTL if longer). It
+ * only bounds how long the key of a dead session's lock lingers (it is free from the moment the
+ * session lapsed); the holder refreshes it after a third of it, a few leases per tick.
+ */
+const LOCK_PX_MIN = 600_000;
+const lockPx = (ttlMs: number) => Math.max(LOCK_PX_MIN, 3 * ttlMs);
+
+/** One session key of a backend (one per TTL): its leases' locks are held while it lives. */
+interface Session {
+  readonly key: string;
+  readonly ttlMs: number;
+  /**
+   * A reply about it came back: from then on the key is never created again (a lapsed one stays
+   * dead). Until then, acquires may create it (they may reach the server in any order).
+   */
+  confirmed: boolean;
+  /** Monotonic time until which the key lives for sure (its last renewal's send time + TTL - drift). */
+  validUntil: number;
+  dead: boolean;
+  /** Tokens of its leases that are no longer held (a rare refresh found the lock changed). */
+  lost: string[];
+}
+
+/** A lease that hangs off a session: when its lock's long PX is due for a refresh. */
+interface Binding {
+  readonly key: string;
+  readonly token: string;
+  readonly session: Session;
+  refreshAt: number;
+}
+
+/** A backend over one Redis server, through the caller's ioredis or node-redis client (never closed by us). */
+export function redis(client: RedisClientLike, options?: RedisOptions): RedisBackend {
+  const o = checkOptions<RedisOptions>(options, ['lingerMs', 'placeTtl', 'fenceIdle', 'session'], 'redis');
+  const session = checkBoolean(o.session, 'redis: session') ?? false;
+  const lingerMs = o.lingerMs === undefined ? 2000 : toMs(o.lingerMs, 'redis: lingerMs', { allowZero: true });
+  const placeMs = o.placeTtl === undefined ? 3000 : toMs(o.placeTtl, 'redis: placeTtl');
+  if (placeMs < 300) throw new InvalidArgumentError(`redis: placeTtl must be at least 300ms, got ${placeMs}ms`);
+  const fenceIdleMs = o.fenceIdle === undefined ? 86_400_000 : toMs(o.fenceIdle, 'redis: fenceIdle');
+  if (fenceIdleMs < 1000) throw new InvalidArgumentError(`redis: fenceIdle must be at least 1s, got ${fenceIdleMs}ms`);
+  const adapter = adapt(client, 'redis(client)');
+  if (session && adapter.cluster) {
+    throw new InvalidArgumentError(
+      'redis: session renewal needs a single server or Sentinel; on Redis Cluster leases are renewed per master',
+    );
+  }
+  return new RedisBackend(adapter, { lingerMs, placeMs, fenceIdleMs, claimMs: CLAIM_MS, session }, client);
 }
 
 export class RedisBackend implements Backend {
@@ -59,72 +175,201 @@ export class RedisBackend implements Backend {
       return Number(r) === 1;
     },
   };
+  /** Session mode: renews every session key named by grants, in one round trip. */
+  readonly renewSessions?: (sessions: readonly string[]) => Promise<SessionRenewal[]>;
   private readonly wakeups: Wakeups;
-  private readonly cluster: boolean;
+  private readonly watchers: Watchers;
   private closed = false;
+  /** Session mode: the current session of each TTL, every session by key, leases by token (grant order). */
+  private readonly current = new Map<number, Session>();
+  private readonly sessions = new Map<string, Session>();
+  private readonly bound = new Map<string, Binding>();
 
   constructor(
     readonly adapter: RedisAdapter,
-    lingerMs: number,
-    client?: unknown,
+    private readonly cfg: RedisConfig,
+    _client?: unknown,
   ) {
-    this.wakeups = new Wakeups(adapter, lingerMs);
-    const c = client as { isCluster?: boolean; constructor?: { name?: string } } | undefined;
-    this.cluster = c?.isCluster === true || c?.constructor?.name === 'RedisCluster';
+    this.wakeups = new Wakeups(adapter, Math.floor(cfg.placeMs / 3));
+    this.watchers = new Watchers(adapter, cfg.lingerMs);
+    Object.assign(this, redisAdmin(adapter, redisKeys, cfg)); // list, forceRelease
+    if (cfg.session) this.renewSessions = (ids) => this.renew(ids);
   }
 
-  async acquire(key: string, req: AcquireRequest): Promise<Grant | null> {
+  /** The live session for leases of `ttlMs` (a new one once the last lapsed by our clock). */
+  private session(ttlMs: number): Session {
+    let s = this.current.get(ttlMs);
+    if (s && !s.dead && (!s.confirmed || now() < s.validUntil)) return s;
+    if (s) this.ended(s);
+    s = {
+      key: `leasehold-session:${randomBytes(16).toString('base64url')}:${ttlMs}`,
+      ttlMs,
+      confirmed: false,
+      validUntil: -Infinity,
+      dead: false,
+      lost: [],
+    };
+    this.current.set(ttlMs, s);
+    this.sessions.set(s.key, s);
+    return s;
+  }
+
+  /** A session that lapsed (or may have): its key is never renewed or created again. */
+  private ended(s: Session): void {
+    s.dead = true;
+    if (this.current.get(s.ttlMs) === s) this.current.delete(s.ttlMs);
+    this.sessions.delete(s.key);
+  }
+
+  async acquire(key: string, req: AcquireRequest, retried = false): Promise<Grant | null> {
     const k = redisKeys(key);
-    const digest = req.queue ? digestOf(req.token) : '';
-    const wakes = req.queue ? this.wakeups.before(digest) : 0;
+    const queue = req.queue === true;
+    const s = this.cfg.session && req.renew === true ? this.session(req.ttlMs) : null;
+    if (queue && !s && req.renew === true) {
+      // handed over by a release since our last refusal: ours, without a round trip, while the
+      // claim has at least half of its time left (the keeper's first renewal turns it into the TTL)
+      const h = this.wakeups.take(k.lock, req.token);
+      const until = h ? h.from + this.cfg.claimMs - driftMs(this.cfg.claimMs) : 0;
+      if (h && until - now() > this.cfg.claimMs / 2) {
+        this.wakeups.forget(k.lock);
+        return { fence: BigInt(h.fence), expiresAt: until };
+      }
+    }
+    const wakes = queue ? this.wakeups.before(k.lock) : 0;
     let r: unknown;
+    const sentAt = now();
     try {
-      [r] = await this.adapter.run([
-        {
-          script: ACQUIRE,
-          keys: [k.lock, k.fence, k.q, k.qx, k.value],
-          args: [req.token, req.ttlMs, req.queue ? '1' : '0', req.value ?? ''],
-        },
-      ]);
+      const calls: ScriptCall[] = [];
+      calls.push({
+        script: ACQUIRE,
+        keys: s ? [k.lock, k.fence, k.q, k.qx, k.value, k.qv, s.key] : [k.lock, k.fence, k.q, k.qx, k.value, k.qv],
+        args: [
+          req.token,
+          req.ttlMs,
+          queue ? '1' : '0',
+          req.value ?? '',
+          this.cfg.placeMs,
+          this.cfg.fenceIdleMs,
+          k.changed,
+          queue ? this.member(req.token) : '',
+          this.cfg.claimMs,
+          ...(s ? [lockPx(req.ttlMs), s.confirmed ? '0' : '1'] : []),
+        ],
+      });
+      const res = await this.adapter.run(calls);
+      r = res[res.length - 1];
       if (r instanceof Error) throw r;
     } catch (e) {
-      if (req.queue) this.wakeups.forget(key, digest);
+      if (queue) this.wakeups.forget(k.lock);
       throw e;
     }
-    if (typeof r === 'string') {
-      if (req.queue) this.wakeups.forget(key, digest);
-      return { fence: BigInt(r) };
+    if (s && r === 'gone') {
+      // the session lapsed (a pause, an eviction): its leases are lost; a new one takes this lease
+      if (queue) this.wakeups.forget(k.lock);
+      this.ended(s);
+      if (retried) throw new BackendError('redis: a new session key lapsed at once (is the server evicting keys?)');
+      return this.acquire(key, req, true);
     }
-    if (req.queue) this.wakeups.refused(key, digest, wakes, -Number(r));
+    if (s && !s.dead) {
+      s.confirmed = true;
+      s.validUntil = Math.max(s.validUntil, sentAt + s.ttlMs - driftMs(s.ttlMs));
+    }
+    if (typeof r === 'string') {
+      if (queue) this.wakeups.forget(k.lock);
+      if (!s) return { fence: BigInt(r) };
+      this.bound.delete(req.token);
+      this.bound.set(req.token, { key, token: req.token, session: s, refreshAt: sentAt + lockPx(s.ttlMs) / 3 });
+      return { fence: BigInt(r), session: s.key };
+    }
+    if (queue) {
+      // a queued refusal also says when the server ran it (a hand-over after it is ours)
+      const [neg, serverMs] = Array.isArray(r) ? r : [r, NaN];
+      this.wakeups.refused(k.lock, wakes, -Number(neg), sentAt, Number(serverMs));
+    }
     return null;
+  }
+
+  /** A queue entry: this backend's channel (where its hand-overs are sent) and the token. */
+  private member(token: string): string {
+    return `${this.wakeups.channel}|${token}`;
   }
 
   async extend(items: readonly ExtendItem[]): Promise<boolean[]> {
     if (items.length === 0) return [];
-    if (this.cluster) {
-      // keys of many slots: one script per lease, pipelined
-      return this.flags(
-        await this.adapter.run(
-          items.map(({ key, token, ttlMs }) => {
-            const k = redisKeys(key);
-            return { script: EXTEND, keys: [k.lock, k.value], args: [token, ttlMs] };
-          }),
-        ),
-      );
+    // Redis Cluster: one round trip per master (or per slot on Redis 6); see cluster.ts
+    if (this.adapter.cluster)
+      return clusterExtend(this.adapter, items, EXTEND_MANY, CHUNK, (ttl) => this.fenceTtl(ttl));
+    const all = Array.from(items, (_, i) => i);
+    const { calls, order } = renewalCalls(items, all, EXTEND_MANY, CHUNK, (ttl) => this.fenceTtl(ttl));
+    const out: boolean[] = new Array(items.length);
+    spreadFlags(await this.adapter.run(calls), order, out);
+    // a lease extended by itself has left its session (or was lost)
+    if (this.bound.size > 0) for (const { token } of items) this.bound.delete(token);
+    return out;
+  }
+
+  /**
+   * Session mode: renews `ids` (one RENEW_SESSION each) and refreshes the long PX of the locks
+   * whose refresh is due (a few per tick), all in one pipeline: one round trip per tick.
+   */
+  private async renew(ids: readonly string[]): Promise<SessionRenewal[]> {
+    const calls: ScriptCall[] = [];
+    const live: (Session | null)[] = ids.map((id) => {
+      const s = this.sessions.get(id);
+      if (!s || s.dead) return null;
+      calls.push({ script: RENEW_SESSION, keys: [s.key, `${s.key}:lost`], args: [s.ttlMs] });
+      return s;
+    });
+    const t = now();
+    const due: Binding[] = [];
+    for (const b of this.bound.values()) {
+      if (b.refreshAt > t) break; // grant (or refresh) order: the rest are due later
+      due.push(b);
     }
-    const calls = [];
-    for (let i = 0; i < items.length; i += CHUNK) {
+    for (const b of due) {
+      this.bound.delete(b.token);
+      if (b.session.dead) continue;
+      b.refreshAt = t + lockPx(b.session.ttlMs) / 3;
+      this.bound.set(b.token, b);
+    }
+    const refresh = due.filter((b) => !b.session.dead);
+    for (let i = 0; i < refresh.length; i += CHUNK) {
       const keys: string[] = [];
       const args: (string | number)[] = [];
-      for (let j = i; j < Math.min(items.length, i + CHUNK); j++) {
-        const { key, token, ttlMs } = items[j]!;
-        const k = `{${key}}`;
-        keys.push(k, `${k}:v`);
-        args.push(token, ttlMs);
+      for (const b of refresh.slice(i, i + CHUNK)) {
+        const k = `{${b.key}}`;
+        const px = lockPx(b.session.ttlMs);
+        keys.push(k, `${k}:v`, `${k}:fence`);
+        args.push(`${b.token}|${b.session.key}`, px, this.fenceTtl(px));
       }
-      calls.push({ script: EXTEND_MANY, keys, args });
+      calls.push({ script: REFRESH_MANY, keys, args });
     }
-    return this.flags(await this.adapter.run(calls));
+    const res = calls.length > 0 ? await this.adapter.run(calls) : [];
+    for (const r of res) if (r instanceof Error) throw r;
+    let c = 0;
+    const renewed = live.map((s) => (s ? (res[c++] as unknown[]) : null));
+    const flags = this.flags(res.slice(c));
+    refresh.forEach((b, i) => {
+      if (flags[i]) return;
+      this.bound.delete(b.token);
+      b.session.lost.push(b.token);
+    });
+    return live.map((s, i) => {
+      const r = renewed[i];
+      if (!s || !Array.isArray(r) || Number(r[0]) !== 1) {
+        if (s) this.ended(s);
+        return { ok: false, lost: [] };
+      }
+      if (!s.dead) s.validUntil = Math.max(s.validUntil, t + s.ttlMs - driftMs(s.ttlMs));
+      const lost = [...s.lost, ...r.slice(1).map(String)];
+      s.lost = [];
+      return { ok: true, lost };
+    });
+  }
+
+  /** A held lock's fence counter lives at least as long as the lock (inspect reads it). */
+  private fenceTtl(ttlMs: number): number {
+    return Math.max(this.cfg.fenceIdleMs, ttlMs);
   }
 
   private flags(res: unknown[]): boolean[] {
@@ -138,9 +383,14 @@ export class RedisBackend implements Backend {
   }
 
   async release(key: string, token: string): Promise<boolean> {
+    this.bound.delete(token);
     const k = redisKeys(key);
     const [r] = await this.adapter.run([
-      { script: RELEASE, keys: [k.lock, k.value, k.q, k.qx], args: [token, k.channel] },
+      {
+        script: RELEASE,
+        keys: [k.lock, k.value, k.q, k.qx, k.fence, k.qv],
+        args: [token, k.changed, this.cfg.claimMs, this.cfg.fenceIdleMs],
+      },
     ]);
     if (r instanceof Error) throw r;
     return Number(r) === 1;
@@ -148,13 +398,24 @@ export class RedisBackend implements Backend {
 
   async leave(key: string, token: string): Promise<void> {
     const k = redisKeys(key);
-    this.wakeups.forget(key, digestOf(token));
-    const [r] = await this.adapter.run([{ script: LEAVE, keys: [k.q, k.qx, k.lock], args: [token, k.channel] }]);
+    this.wakeups.forget(k.lock);
+    const [r] = await this.adapter.run([
+      {
+        script: LEAVE,
+        keys: [k.q, k.qx, k.lock, k.value, k.fence, k.qv],
+        args: [this.member(token), token, k.changed, this.cfg.claimMs, this.cfg.fenceIdleMs],
+      },
+    ]);
     if (r instanceof Error) throw r;
   }
 
   waitForChange(key: string, signal: AbortSignal, maxMs: number): Promise<void> {
-    return this.wakeups.wait(key, redisKeys(key).channel, signal, maxMs);
+    return this.wakeups.wait(redisKeys(key).lock, signal, maxMs);
+  }
+
+  /** Calls `onChange` at every grant and release of `key` (pub/sub); an expiry is not pushed. */
+  watch(key: string, onChange: () => void): Promise<() => void> {
+    return this.watchers.watch(redisKeys(key).changed, onChange);
   }
 
   async inspect(key: string): Promise<LockInfo | null> {
@@ -171,6 +432,15 @@ export class RedisBackend implements Backend {
     if (this.closed) return;
     this.closed = true;
     this.wakeups.close();
+    this.watchers.close();
     await this.adapter.close();
+  }
+
+  /** Neither the client nor its options (a password) print, at any depth. */
+  [inspect.custom](): string {
+    return `RedisBackend { client: '${this.adapter.kind}'${this.closed ? ', closed' : ''} }`;
+  }
+  toJSON(): { name: string; client: string } {
+    return { name: this.name, client: this.adapter.kind };
   }
 }

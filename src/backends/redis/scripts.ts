@@ -3,18 +3,67 @@
  * script touches one slot (Redis Cluster). Keys travel as KEYS, tokens and TTLs as ARGV.
  *
  *   {k}       the lock: token, PX ttl
- *   {k}:fence the fence counter (INCR, never expires: fences are never reused)
- *   {k}:q     arrival queue of waiters (ZSET token → arrival ms)
- *   {k}:qx    expiry of each waiter's place (ZSET token → expiry ms); refreshed on each attempt
+ *   {k}:fence the fence counter: each grant's fence is max(counter + 1, the server's TIME in µs),
+ *             so a counter lost in a restart without persistence comes back above every fence
+ *             issued before (while the server's clock does not step back); it expires after
+ *             max(fenceIdle, ttl) without a grant or renewal (docs/redis.md, "Fences")
+ *   {k}:q     arrival queue of waiters (ZSET `<channel>|<token>` → arrival ms)
+ *   {k}:qx    expiry of each waiter's place (ZSET member → expiry ms): `place` ms (a few seconds,
+ *             whatever the lease TTL) after the waiter's last attempt; a waiting caller attempts
+ *             again at least every place/3, so only a dead waiter's place lapses
  *   {k}:v     holder value (election), same PX as the lock
+ *   {k}:qv    a waiter's value (HASH member → value), set on the holder's value at a hand-over
+ *
+ * Every grant publishes 'g' and every release 'r' on `{k}:changed` (for `watch`: observers of
+ * an election). A release hands the lock to the head of the queue itself: the lock becomes the
+ * head's with a short claim lease, the head leaves the queue, and one message on the head's
+ * backend channel (`<sha1(token)><fence>|<ms>|<lock>`) tells it: the waiter holds the lock from
+ * then on, and its first renewal turns the claim into its full TTL (or, when the message may be
+ * stale, its next acquire confirms it). An unconfirmed claim lapses by itself; the next waiter
+ * takes over.
  */
 import { script } from './client.js';
 
 /**
- * Lua shared by the scripts that hand the lock on: drops waiters whose place expired from the
- * head of the queue and returns the first live one (or nil). `now` in ms from TIME.
+ * Lua shared by the scripts that grant or hand the lock on. `mint` issues the next fence;
+ * `live_head` drops waiters whose place expired from the head of the queue and returns the first
+ * live one (or nil); `hand_over` gives a free lock to that waiter with a short claim lease and
+ * tells it, on its backend's own channel, with one message (never its token).
+ * A queue member is `<its backend's channel>|<token>`.
  */
-const HEAD = `
+export const SESSION = `
+local function alive(cur)
+  if not cur then return false end
+  local sep = string.find(cur, '|', 1, true)
+  if not sep then return cur end
+  if redis.call('EXISTS', string.sub(cur, sep + 1)) == 1 then return string.sub(cur, 1, sep - 1) end
+  return false
+end
+local function left(lock)
+  local cur = redis.call('GET', lock)
+  local sep = cur and string.find(cur, '|', 1, true)
+  if sep then return redis.call('PTTL', string.sub(cur, sep + 1)) end
+  return redis.call('PTTL', lock)
+end
+`;
+
+export const HEAD =
+  SESSION +
+  `
+local function mint(fence, idle)
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  local s = string.format('%.0f', now)
+  -- one write for the common case (the counter is behind the clock): it becomes now, with its
+  -- expiry, and the old value comes back in the same call
+  local old = redis.call('SET', fence, s, 'PX', idle, 'GET')
+  if not old or tonumber(old) < now then return s end
+  -- the counter is ahead of the clock (a clock stepped back, a burst within one µs): count on
+  redis.call('SET', fence, old, 'PX', idle)
+  local c = redis.call('INCR', fence)
+  if c < 9007199254740992 then return string.format('%.0f', c) end
+  return redis.call('GET', fence) -- exact: Lua numbers are doubles
+end
 local function now_ms()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -30,124 +79,252 @@ local function live_head(q, qx, now)
   end
   return redis.call('ZRANGE', q, 0, 0)[1]
 end
+local function hand_over(lock, fence, q, qx, v, qv, changed, claim, idle, now)
+  local head = live_head(q, qx, now)
+  if not head then return end
+  local sep = string.find(head, '|', 1, true)
+  if not sep then
+    redis.call('ZREM', q, head)
+    redis.call('ZREM', qx, head)
+    return
+  end
+  local token = string.sub(head, sep + 1)
+  redis.call('SET', lock, token, 'PX', claim)
+  local val = redis.call('HGET', qv, head)
+  if val then redis.call('SET', v, val, 'PX', claim) end
+  local f = mint(fence, math.max(idle, claim))
+  -- the head leaves the queue: it holds the lock now (a dead head's claim lapses by itself)
+  redis.call('ZREM', q, head)
+  redis.call('ZREM', qx, head)
+  redis.call('HDEL', qv, head)
+  redis.call('PUBLISH', changed, 'g')
+  -- sha1(token) names the waiter without revealing its token; the fence and the time of the
+  -- hand-over let it take the lock without a round trip (docs/redis.md, "Hand-over")
+  redis.call('PUBLISH', string.sub(head, 1, sep - 1), redis.sha1hex(token) .. f .. '|' .. string.format('%.0f', now) .. '|' .. lock)
+end
+-- reads the holder; a lock whose session lapsed is free: deleted and announced as a release.
+-- Returns the live holder's token (or false), and whether a lapsed lock was deleted.
+local function reap(lock, v, changed)
+  local raw = redis.call('GET', lock)
+  local cur = alive(raw)
+  if raw and not cur then
+    redis.call('DEL', lock, v)
+    redis.call('PUBLISH', changed, 'r')
+    return false, true
+  end
+  return cur, false
+end
 `;
 
 /**
- * KEYS lock fence q qx v; ARGV token ttl queue(0|1) value(''=none).
- * → fence as a string (granted) | -pttl of the holder (0 if unknown): refused.
- * Fast path: no queue and a free lock is SET NX + INCR. Otherwise only the head of the arrival
- * queue may take a free lock; a refused caller with queue=1 joins (or refreshes its place in)
- * the queue, its place expiring after ttl.
+ * KEYS lock fence q qx v qv [session]; ARGV token ttl queue(0|1) value(''=none) place fenceIdle
+ * changed member claim [lockPx create(0|1)] → fence as a string (granted) | -pttl of the holder
+ * (0 if unknown): refused | { -pttl, server ms }: refused and queued | 'gone': the session
+ * (KEYS[7]) lapsed, nothing was done. `create`
+ * makes a missing session key: only until the first reply about a new session came back.
+ * With a session the lock is `<token>|<session key>` with the long PX lockPx (a bound on how
+ * long the key of a dead session lingers), and the attempt sets the session's expiry to ttl; a
+ * lock whose session lapsed is free (reaped: deleted, announced as a release).
+ * Fast path: no queue and a free lock is SET NX + the fence (EXISTS, SET NX, TIME, SET … GET,
+ * PUBLISH: five commands; the holder is read only when SET NX fails). A lock handed to this
+ * token by a release (a claim) is confirmed with the caller's ttl. Otherwise only the head of the arrival
+ * queue may take a free lock (a free lock whose turn is another waiter's is handed to it); a
+ * refused caller with queue=1 joins (or refreshes its place in) the queue, its place expiring
+ * after `place` ms (not the TTL: a dead waiter blocks nobody for long).
  */
 export const ACQUIRE = script(
   HEAD +
     `
 local ttl = tonumber(ARGV[2])
-local function grant()
-  if ARGV[4] ~= '' then redis.call('SET', KEYS[5], ARGV[4], 'PX', ttl) end
-  redis.call('INCR', KEYS[2])
-  return redis.call('GET', KEYS[2]) -- exact: Lua numbers are doubles
+local px, val = ttl, ARGV[1]
+if KEYS[7] then
+  if redis.call('PEXPIRE', KEYS[7], ttl) == 0 then
+    if ARGV[11] ~= '1' then return 'gone' end
+    redis.call('SET', KEYS[7], '1', 'PX', ttl)
+  end
+  px = tonumber(ARGV[10])
+  val = ARGV[1] .. '|' .. KEYS[7]
 end
-if redis.call('EXISTS', KEYS[3]) == 0 then
-  if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ttl) then return grant() end
-  if ARGV[3] ~= '1' then return -math.max(redis.call('PTTL', KEYS[1]), 0) end
+local idle = math.max(tonumber(ARGV[6]), px)
+local function grant()
+  if ARGV[4] ~= '' then redis.call('SET', KEYS[5], ARGV[4], 'PX', px) end
+  local f = mint(KEYS[2], idle)
+  redis.call('PUBLISH', ARGV[7], 'g')
+  return f
+end
+local function unqueue()
+  redis.call('ZREM', KEYS[3], ARGV[8])
+  redis.call('ZREM', KEYS[4], ARGV[8])
+  redis.call('HDEL', KEYS[6], ARGV[8])
+end
+local free = redis.call('EXISTS', KEYS[3]) == 0
+-- the fast path: nobody queued and the lock free is SET NX + the fence, nothing read before
+if free and redis.call('SET', KEYS[1], val, 'NX', 'PX', px) then return grant() end
+local cur, reaped = reap(KEYS[1], KEYS[5], ARGV[7])
+if reaped and free then
+  redis.call('SET', KEYS[1], val, 'PX', px)
+  return grant()
+end
+if free and ARGV[3] ~= '1' then return -math.max(left(KEYS[1]), 0) end
+if cur == ARGV[1] then
+  redis.call('SET', KEYS[1], val, 'PX', px)
+  if ARGV[4] ~= '' then redis.call('SET', KEYS[5], ARGV[4], 'PX', px) end
+  unqueue()
+  local f = redis.call('GET', KEYS[2])
+  if not f then return mint(KEYS[2], idle) end
+  redis.call('PEXPIRE', KEYS[2], idle)
+  return f
 end
 local now = now_ms()
-if redis.call('EXISTS', KEYS[1]) == 0 then
+if not cur then
   local head = live_head(KEYS[3], KEYS[4], now)
-  if (not head) or head == ARGV[1] then
-    redis.call('SET', KEYS[1], ARGV[1], 'PX', ttl)
-    if head then
-      redis.call('ZREM', KEYS[3], ARGV[1])
-      redis.call('ZREM', KEYS[4], ARGV[1])
-    end
+  if (not head) or head == ARGV[8] then
+    redis.call('SET', KEYS[1], val, 'PX', px)
+    if head then unqueue() end
     return grant()
   end
+  hand_over(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], ARGV[7], tonumber(ARGV[9]), tonumber(ARGV[6]), now)
 end
 if ARGV[3] == '1' then
-  redis.call('ZADD', KEYS[3], 'NX', now, ARGV[1])
-  redis.call('ZADD', KEYS[4], now + ttl, ARGV[1])
-  if redis.call('PTTL', KEYS[3]) < ttl then
-    redis.call('PEXPIRE', KEYS[3], ttl)
-    redis.call('PEXPIRE', KEYS[4], ttl)
+  local place = tonumber(ARGV[5])
+  redis.call('ZADD', KEYS[3], 'NX', now, ARGV[8])
+  redis.call('ZADD', KEYS[4], now + place, ARGV[8])
+  if ARGV[4] ~= '' then redis.call('HSET', KEYS[6], ARGV[8], ARGV[4]) end
+  if redis.call('PTTL', KEYS[3]) < place then
+    redis.call('PEXPIRE', KEYS[3], place)
+    redis.call('PEXPIRE', KEYS[4], place)
+    redis.call('PEXPIRE', KEYS[6], place)
   end
+  return { -math.max(left(KEYS[1]), 0), now }
 end
-return -math.max(redis.call('PTTL', KEYS[1]), 0)
+return -math.max(left(KEYS[1]), 0)
 `,
 );
 
 /**
- * KEYS lock1 v1 lock2 v2 …; ARGV token1 ttl1 token2 ttl2 … → { 1 | 0, … }. Token-checked
- * PEXPIRE of many leases in one call (keys of several slots: single-node Redis only).
+ * KEYS lock1 lock2 …; ARGV ttl fenceTtl token1 token2 … → { 1 | 0, … }. Token-checked PEXPIRE of
+ * many leases of one TTL in one call: each lock and its value (`<lock>:v`) get the ttl, its fence
+ * counter (`<lock>:fence`, in the lock's slot) lives at least fenceTtl. Two strings per lease on
+ * the wire, whatever the number of leases: the renewal's cost is per lease, so it is kept small.
+ * A lock that hangs off a live session leaves it: it gets its own expiry (a lease extended by
+ * itself). On a Cluster, all KEYS of one call share a slot (the caller groups them).
  */
-export const EXTEND_MANY = script(`
+export const EXTEND_MANY = script(
+  SESSION +
+    `
+local ttl, fttl = ARGV[1], ARGV[2]
 local out = {}
-for i = 1, #KEYS, 2 do
-  local j = i
-  if redis.call('GET', KEYS[i]) == ARGV[j] then
-    redis.call('PEXPIRE', KEYS[i], ARGV[j + 1])
-    redis.call('PEXPIRE', KEYS[i + 1], ARGV[j + 1])
+for i = 1, #KEYS do
+  local k, t = KEYS[i], ARGV[i + 2]
+  local cur = redis.call('GET', k)
+  if cur and alive(cur) == t then
+    if cur ~= t then redis.call('SET', k, t, 'PX', ttl) -- leaves its session
+    else redis.call('PEXPIRE', k, ttl) end
+    redis.call('PEXPIRE', k .. ':v', ttl)
+    redis.call('PEXPIRE', k .. ':fence', fttl)
+    out[i] = 1
+  else
+    out[i] = 0
+  end
+end
+return out
+`,
+);
+
+/**
+ * KEYS lock v q qx fence qv; ARGV token changed claim fenceIdle → 1 | 0. Token-checked delete;
+ * tells watchers on `changed`; hands the lock to the queue's first live waiter (one message).
+ */
+export const RELEASE = script(
+  HEAD +
+    `
+local cur = redis.call('GET', KEYS[1])
+local who = alive(cur)
+if who ~= ARGV[1] then
+  if not (cur and not who) then return 0 end
+  -- its session lapsed: the lock is free, and goes on as at a release (the caller's was not it)
+end
+redis.call('DEL', KEYS[1], KEYS[2])
+redis.call('PUBLISH', ARGV[2], 'r')
+if redis.call('EXISTS', KEYS[3]) == 1 then
+  hand_over(KEYS[1], KEYS[5], KEYS[3], KEYS[4], KEYS[2], KEYS[6], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4]), now_ms())
+end
+if who ~= ARGV[1] then return 0 end
+return 1
+`,
+);
+
+/**
+ * KEYS q qx lock v fence qv; ARGV member token changed claim fenceIdle. A waiter gives up its
+ * place (and a claim handed to it that it never confirmed); a free lock goes to the next waiter.
+ */
+export const LEAVE = script(
+  HEAD +
+    `
+redis.call('ZREM', KEYS[1], ARGV[1])
+redis.call('ZREM', KEYS[2], ARGV[1])
+redis.call('HDEL', KEYS[6], ARGV[1])
+if reap(KEYS[3], KEYS[4], ARGV[3]) == ARGV[2] then
+  redis.call('DEL', KEYS[3], KEYS[4])
+  redis.call('PUBLISH', ARGV[3], 'r')
+end
+if redis.call('EXISTS', KEYS[3]) == 0 and redis.call('EXISTS', KEYS[1]) == 1 then
+  hand_over(KEYS[3], KEYS[5], KEYS[1], KEYS[2], KEYS[4], KEYS[6], ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5]), now_ms())
+end
+return 0
+`,
+);
+
+/** KEYS lock fence v → { fence, pttl, value } or false (pttl: the session's, for a lock that hangs off one) */
+export const INSPECT = script(
+  SESSION +
+    `
+if not alive(redis.call('GET', KEYS[1])) then return false end
+return { redis.call('GET', KEYS[2]) or '0', left(KEYS[1]), redis.call('GET', KEYS[3]) or false }
+`,
+);
+
+/** KEYS lock result; ARGV token value ttl → 1 if stored (the lock is still this token's) | 0 */
+export const PUT_RESULT = script(
+  SESSION +
+    `
+if alive(redis.call('GET', KEYS[1])) ~= ARGV[1] then return 0 end
+redis.call('SET', KEYS[2], ARGV[2], 'PX', ARGV[3])
+return 1
+`,
+);
+
+/**
+ * KEYS session lost; ARGV ttl → { 0 } (the session lapsed or was deleted) | { 1, token… }: its
+ * expiry is set to ttl again, and the tokens of its locks broken since (forceRelease) are told.
+ */
+export const RENEW_SESSION = script(`
+if redis.call('PEXPIRE', KEYS[1], ARGV[1]) == 0 then return { 0 } end
+local lost = redis.call('SMEMBERS', KEYS[2])
+if #lost > 0 then redis.call('DEL', KEYS[2]) end
+local out = { 1 }
+for _, t in ipairs(lost) do out[#out + 1] = t end
+return out
+`);
+
+/**
+ * KEYS lock1 v1 fence1 …; ARGV value1 lockPx1 fenceTtl1 … → { 1 | 0, … }. The rare refresh of
+ * the long PX of locks that hang off a session (value `<token>|<session>`): 0 if the lock is no
+ * longer that value (deleted or overwritten from outside).
+ */
+export const REFRESH_MANY = script(`
+local out = {}
+for i = 1, #KEYS, 3 do
+  if redis.call('GET', KEYS[i]) == ARGV[i] then
+    redis.call('PEXPIRE', KEYS[i], ARGV[i + 1])
+    redis.call('PEXPIRE', KEYS[i + 1], ARGV[i + 1])
+    redis.call('PEXPIRE', KEYS[i + 2], ARGV[i + 2])
     out[#out + 1] = 1
   else
     out[#out + 1] = 0
   end
 end
 return out
-`);
-
-/** KEYS lock v; ARGV token ttl → 1 | 0 (one lease; for Redis Cluster clients) */
-export const EXTEND = script(`
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  redis.call('PEXPIRE', KEYS[2], ARGV[2])
-  return 1
-end
-return 0
-`);
-
-/**
- * KEYS lock v q qx; ARGV token channel → 1 | 0. Wakes only the head of the queue: publishes
- * the SHA-1 of its token (never the token); with nobody queued it publishes nothing.
- */
-export const RELEASE = script(
-  HEAD +
-    `
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
-redis.call('DEL', KEYS[1], KEYS[2])
-if redis.call('EXISTS', KEYS[3]) == 1 then
-  local head = live_head(KEYS[3], KEYS[4], now_ms())
-  if head then redis.call('PUBLISH', ARGV[2], redis.sha1hex(head)) end
-end
-return 1
-`,
-);
-
-/** KEYS q qx lock; ARGV token channel. A waiter gives up its place; wakes the next head. */
-export const LEAVE = script(
-  HEAD +
-    `
-local was = redis.call('ZRANGE', KEYS[1], 0, 0)[1]
-redis.call('ZREM', KEYS[1], ARGV[1])
-redis.call('ZREM', KEYS[2], ARGV[1])
-if was == ARGV[1] and redis.call('EXISTS', KEYS[3]) == 0 then
-  local head = live_head(KEYS[1], KEYS[2], now_ms())
-  if head then redis.call('PUBLISH', ARGV[2], redis.sha1hex(head)) end
-end
-return 0
-`,
-);
-
-/** KEYS lock fence v → { fence, pttl, value } or false */
-export const INSPECT = script(`
-if redis.call('EXISTS', KEYS[1]) == 0 then return false end
-return { redis.call('GET', KEYS[2]) or '0', redis.call('PTTL', KEYS[1]), redis.call('GET', KEYS[3]) or false }
-`);
-
-/** KEYS lock result; ARGV token value ttl → 1 if stored (the lock is still this token's) | 0 */
-export const PUT_RESULT = script(`
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
-redis.call('SET', KEYS[2], ARGV[2], 'PX', ARGV[3])
-return 1
 `);
 
 /** KEYS result → the stored result or nil (a script, so both clients read it the same way) */

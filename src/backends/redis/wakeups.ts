@@ -1,131 +1,119 @@
 /**
- * Push wake-ups for Redis waiters. One subscriber connection per backend (the adapter's), one
- * channel per waited key. A release publishes the SHA-1 digest of the queue head's token (never
- * the token), so only the waiter whose turn it is wakes up; the others sleep on. A waiter also
- * wakes at the holder's expiry (a crashed holder publishes nothing) and at its `maxMs` bound.
+ * Push wake-ups for Redis waiters. Each backend subscribes once, on its subscriber connection, to
+ * a channel of its own (`leasehold:wake:<random>`), which its queue entries name. A release hands
+ * the lock to the head of the queue and sends one message to that waiter's backend only:
+ * `<sha1(token)><fence>|<server ms>|<lock key>` (never the token). The waiter whose token it names
+ * holds the lock from then on, with the short claim: `take` gives it the grant without a round
+ * trip when the hand-over is known to follow the waiter's last refused attempt (its server time
+ * is later than that refusal's), so the claim runs at least from that attempt's send time.
+ * Pub/sub stays a hint: a waiter also wakes at the holder's expiry (as the refusal reported it; a
+ * crashed holder publishes nothing) and at least every `refreshMs` (which refreshes its place in
+ * the queue, and confirms a hand-over whose message was lost).
  */
-import { createHash } from 'node:crypto';
+import { createHash, randomBytes } from 'node:crypto';
 import { sleep } from '../../wait.js';
 import type { RedisAdapter } from './client.js';
-
-interface Channel {
-  ready: Promise<boolean>;
-  /** Waiters by the digest of their token. */
-  waiters: Map<string, Set<() => void>>;
-  linger: NodeJS.Timeout | null;
-}
-
-/** What a refused waiter needs to wait well. */
-interface Refusal {
-  digest: string;
-  /** Wake-ups addressed to `digest` when the refused attempt was sent. */
-  wakes: number;
-  /** The holder's remaining TTL, as the refusal reported it (0: unknown). */
-  hintMs: number;
-}
-
-export const digestOf = (token: string): string => createHash('sha1').update(token).digest('hex');
+import { KeyedWaits } from './waits.js';
 
 export class Wakeups {
-  private readonly channels = new Map<string, Channel>();
-  /** Per key: this backend's refused waiter (the engine sends one acquire per key at a time). */
-  private readonly refusals = new Map<string, Refusal>();
-  /** Wake-ups received per digest, for this backend's waiters only. */
-  private readonly wakes = new Map<string, number>();
+  /** This backend's channel: queue entries name it, releases publish to it. */
+  readonly channel = `leasehold:wake:${randomBytes(12).toString('hex')}`;
+  private ready: Promise<boolean> | null = null;
+  /** The subscription is in place: from now on no message to this channel is missed. */
+  private live = false;
+  private readonly waits = new KeyedWaits();
   private closed = false;
+  /** Per lock key: the hand-over message received while this backend waits on it. */
+  private readonly handed = new Map<string, { hash: string; fence: string; at: number }>();
+  /** Per lock key: this backend's last refused, queued attempt (send time, the server's time). */
+  private readonly refusals = new Map<string, { sentAt: number; serverMs: number }>();
 
   constructor(
     private readonly adapter: RedisAdapter,
-    private readonly lingerMs: number,
+    /** The longest a queued waiter sleeps before it attempts again (which refreshes its place). */
+    private readonly refreshMs: number,
   ) {}
 
   /**
-   * Before an attempt is sent: listens for `digest` from now on (a wake-up may overtake the
-   * attempt's reply) and returns how many wake-ups it has had.
+   * Before a queued attempt is sent: counts wake-ups for `key` from now on (a wake-up may
+   * overtake the attempt's reply) and returns how many it has had.
    */
-  before(digest: string): number {
-    const n = this.wakes.get(digest);
-    if (n !== undefined) return n;
-    this.wakes.set(digest, 0);
-    return 0;
+  before(key: string): number {
+    return this.waits.before(key);
   }
 
-  refused(key: string, digest: string, wakes: number, hintMs: number): void {
-    this.refusals.set(key, { digest, wakes, hintMs });
+  /**
+   * A queued attempt sent at `sentAt` was refused; the server ran it at `serverMs` (its clock, ms;
+   * NaN: unknown, and a hand-over is then confirmed by a round trip).
+   */
+  refused(key: string, wakes: number, hintMs: number, sentAt: number, serverMs: number): void {
+    this.waits.refused(key, wakes, hintMs);
+    this.refusals.set(key, { sentAt, serverMs });
   }
 
-  /** The waiter with `digest` on `key` got the lock, gave up, or failed. */
-  forget(key: string, digest: string): void {
-    if (this.refusals.get(key)?.digest === digest) this.refusals.delete(key);
-    this.wakes.delete(digest);
+  /** The waiter on `key` got the lock, gave up, or failed. */
+  forget(key: string): void {
+    this.waits.forget(key);
+    this.handed.delete(key);
+    this.refusals.delete(key);
   }
 
-  private onMessage(ch: Channel, digest: string): void {
-    const n = this.wakes.get(digest);
-    if (n === undefined) return; // another process's turn
-    this.wakes.set(digest, n + 1);
-    const set = ch.waiters.get(digest);
-    if (set) for (const w of [...set]) w();
+  /**
+   * The lock `key` was handed to `token` after the last refused attempt on record: its fence,
+   * and a monotonic time before the hand-over (that attempt's send time), so the claim lasts at
+   * least until `from` + the claim. Null: no such message, or one that may predate the refusal
+   * (confirm with a round trip instead).
+   */
+  take(key: string, token: string): { fence: string; from: number } | null {
+    const h = this.handed.get(key);
+    if (!h) return null;
+    this.handed.delete(key);
+    const r = this.refusals.get(key);
+    if (!r || !(h.at > r.serverMs)) return null;
+    if (createHash('sha1').update(token).digest('hex') !== h.hash) return null;
+    return { fence: h.fence, from: r.sentAt };
   }
 
-  async wait(key: string, channel: string, signal: AbortSignal, maxMs: number): Promise<void> {
+  /** `<sha1 40 hex><fence>|<ms>|<lock key>`, published by the hand-over (scripts.ts). */
+  private message(m: string): void {
+    const i = m.indexOf('|', 40);
+    const j = i === -1 ? -1 : m.indexOf('|', i + 1);
+    if (j === -1) return; // not a hand-over: nothing to do (a waiter still wakes by its bound)
+    const key = m.slice(j + 1);
+    if (!this.waits.waiting(key)) return; // nobody here waits on it any more
+    this.handed.set(key, { hash: m.slice(0, 40), fence: m.slice(40, i), at: Number(m.slice(i + 1, j)) });
+    this.waits.wake(key);
+  }
+
+  /** Subscribes this backend's channel once; true when in place. */
+  private subscribe(): Promise<boolean> {
+    this.ready ??= this.adapter
+      .subscribe(this.channel, (_, message) => this.message(message))
+      .then(
+        () => (this.live = true),
+        () => {
+          this.ready = null; // the next waiter tries again
+          return false;
+        },
+      );
+    return this.ready;
+  }
+
+  async wait(key: string, signal: AbortSignal, maxMs: number): Promise<void> {
     if (signal.aborted || this.closed) return;
-    const ch = this.channels.get(channel);
-    if (!ch) {
-      const c: Channel = { ready: Promise.resolve(false), waiters: new Map(), linger: null };
-      c.ready = this.adapter
-        .subscribe(channel, (_, message) => this.onMessage(c, message))
-        .then(
-          () => true,
-          () => false,
-        );
-      this.channels.set(channel, c);
-      // newly subscribed: a release may have slipped by before the subscription existed, so
-      // return at once and let the caller try again, now with push in place
-      if (await c.ready) return;
-      this.channels.delete(channel);
+    maxMs = Math.max(1, Math.min(maxMs, this.refreshMs));
+    if (!this.live) {
+      // not subscribed yet, or still subscribing (slow on a cluster client, which connects
+      // first): a hand-over sent before the subscription existed may have been missed, so wait
+      // for it and return at once: the caller tries again (which confirms it), with push in place
+      if (await this.subscribe()) return;
       return sleep(maxMs, signal);
     }
-    if (ch.linger) {
-      clearTimeout(ch.linger);
-      ch.linger = null;
-    }
-    const r = this.refusals.get(key);
-    if (r && (this.wakes.get(r.digest) ?? 0) !== r.wakes) return; // woken while we were trying
-    const bound = Math.max(1, Math.min(maxMs, r && r.hintMs > 0 ? r.hintMs + 2 : maxMs));
-    const digest = r?.digest ?? '';
-    const c = ch;
-    await new Promise<void>((resolve) => {
-      let set = c.waiters.get(digest);
-      if (!set) c.waiters.set(digest, (set = new Set()));
-      const mine = set;
-      const done = () => {
-        clearTimeout(timer);
-        mine.delete(done);
-        if (mine.size === 0 && c.waiters.get(digest) === mine) c.waiters.delete(digest);
-        signal.removeEventListener('abort', done);
-        resolve();
-      };
-      const timer = setTimeout(done, bound);
-      mine.add(done);
-      signal.addEventListener('abort', done, { once: true });
-    });
-    if (c.waiters.size === 0 && !c.linger && !this.closed) {
-      c.linger = setTimeout(() => {
-        if (c.waiters.size > 0 || this.channels.get(channel) !== c) return;
-        this.channels.delete(channel);
-        this.adapter.unsubscribe(channel).catch(() => {});
-      }, this.lingerMs);
-      c.linger.unref();
-    }
+    return this.waits.wait(key, signal, maxMs);
   }
 
   close(): void {
     this.closed = true;
-    for (const c of this.channels.values()) {
-      if (c.linger) clearTimeout(c.linger);
-      for (const set of [...c.waiters.values()]) for (const w of [...set]) w();
-    }
-    this.channels.clear();
+    this.waits.close();
   }
 }

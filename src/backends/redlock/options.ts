@@ -1,6 +1,7 @@
 /** Options of `redlock(clients, opts)`, validated before any I/O. */
 import { type Duration, toMs } from '../../duration.js';
 import { InvalidArgumentError } from '../../errors.js';
+import { redactUrl } from '../../scrub.js';
 import { checkOptions } from '../../validate.js';
 import { adapt, type RedisAdapter } from '../redis/client.js';
 
@@ -15,6 +16,12 @@ export interface RedlockOptions {
   readonly nodeTimeout?: Duration;
   /** Longest wait between polls when no node could be subscribed to (default 250ms). */
   readonly pollInterval?: Duration;
+  /**
+   * How long a key's fence counter outlives its last grant or renewal on a node (default 24h, at
+   * least 1s). A counter that is gone is seeded from the node's clock (TIME in µs), so fences keep
+   * increasing while that clock does not step back by more than this (docs/redlock.md).
+   */
+  readonly fenceIdle?: Duration;
 }
 
 export interface RedlockConfig {
@@ -22,6 +29,7 @@ export interface RedlockConfig {
   readonly driftMs: number;
   readonly nodeTimeoutMs: number;
   readonly pollMs: number;
+  readonly fenceIdleMs: number;
 }
 
 export interface NodeHandle {
@@ -29,7 +37,7 @@ export interface NodeHandle {
   readonly label: string;
 }
 
-const KNOWN = ['driftFactor', 'driftMs', 'allowFewerThanThree', 'nodeTimeout', 'pollInterval'];
+const KNOWN = ['driftFactor', 'driftMs', 'allowFewerThanThree', 'nodeTimeout', 'pollInterval', 'fenceIdle'];
 
 export function parseOptions(opts: unknown): RedlockConfig & { allowFewerThanThree: boolean } {
   const o = checkOptions<Record<string, unknown>>(opts, KNOWN, 'redlock');
@@ -45,8 +53,13 @@ export function parseOptions(opts: unknown): RedlockConfig & { allowFewerThanThr
   if (typeof allow !== 'boolean') {
     throw new InvalidArgumentError(`redlock: allowFewerThanThree must be a boolean, got ${String(allow)}`);
   }
+  const fenceIdleMs = toMs(o.fenceIdle ?? '24h', 'redlock: fenceIdle');
+  if (fenceIdleMs < 1000) {
+    throw new InvalidArgumentError(`redlock: fenceIdle must be at least 1s, got ${String(o.fenceIdle)}`);
+  }
   return {
     driftFactor,
+    fenceIdleMs,
     driftMs,
     allowFewerThanThree: allow,
     nodeTimeoutMs: toMs(o.nodeTimeout ?? 500, 'redlock: nodeTimeout'),
@@ -61,7 +74,7 @@ function address(client: any): string | undefined {
   const host = o?.host ?? o?.socket?.host;
   const port = o?.port ?? o?.socket?.port;
   if (host !== undefined && port !== undefined) return `${String(host)}:${String(port)}`;
-  if (typeof o?.url === 'string') return o.url;
+  if (typeof o?.url === 'string') return redactUrl(o.url); // a label shows up in errors: never a password
   return undefined;
 }
 

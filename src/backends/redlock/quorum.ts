@@ -5,6 +5,11 @@
  * `late` (the caller releases a late grant, say).
  */
 import { BackendError } from '../../errors.js';
+import { scrubError } from '../../scrub.js';
+import { race } from '../../wait.js';
+
+/** A timer this late means our own event loop was stalled, not that the node was slow. */
+const STALL_MS = 25;
 
 export type Outcome<T> = { readonly ok: true; readonly value: T } | { readonly ok: false; readonly error: Error };
 
@@ -17,13 +22,18 @@ export interface RoundResult<D, T> {
 }
 
 /**
- * Which nodes recently failed to answer in time. A suspect node still gets every call, but a round
- * counts it as failed at once instead of waiting for its timeout again; its next reply (late or
- * not) clears the suspicion. So a dead or frozen node costs one timeout, not one per round.
+ * Which nodes recently failed to answer within the node timeout. A suspect node still gets every
+ * call, but a round counts it as failed at once instead of waiting for its timeout again; its next
+ * reply (late or not) clears the suspicion. So a dead or frozen node costs one timeout, not one per
+ * round. Only a silence of the full node timeout makes a node suspect: a round with a shorter
+ * deadline of its own (a short-TTL acquire) judges its own attempt, never the node for others.
  */
 export class Health {
   private readonly since: (number | null)[];
-  constructor(n: number) {
+  constructor(
+    n: number,
+    readonly nodeTimeoutMs: number,
+  ) {
     this.since = Array.from({ length: n }, () => null);
   }
   suspect(i: number): number | null {
@@ -36,6 +46,22 @@ export class Health {
     this.since[i] = null;
   }
 }
+
+/**
+ * A node's silence past a round's deadline. `short`: the deadline was the attempt's own (shorter
+ * than the node timeout, e.g. a lease's validity), so it says nothing about the node's health.
+ */
+export class NoReplyError extends BackendError {
+  constructor(
+    message: string,
+    readonly short: boolean,
+  ) {
+    super(message);
+  }
+}
+
+/** A node failure that counts against the quorum (a short deadline of the attempt's own does not). */
+export const isHardFailure = (e: Error): boolean => !(e instanceof NoReplyError && e.short);
 
 /**
  * Calls `call(i)` for every node index in `indices`, each bounded by `timeoutMs`, and after each
@@ -104,14 +130,26 @@ export function round<T, D>(
         const ago = Math.round(performance.now() - since);
         record(i, { ok: false, error: new BackendError(`${describe(i)}: unresponsive (no reply for ${ago}ms)`) });
       } else if (Number.isFinite(timeoutMs) && outcomes[i] === undefined) {
-        timers[i] = setTimeout(
-          () => {
-            if (outcomes[i] !== undefined) return;
-            health?.timedOut(i);
-            record(i, { ok: false, error: new BackendError(`${describe(i)}: no reply within ${timeoutMs}ms`) });
-          },
-          Math.max(1, timeoutMs),
-        );
+        const arm = (ms: number, extended: boolean) => {
+          const due = performance.now() + ms;
+          timers[i] = setTimeout(() => {
+            // After an event-loop stall the timer may fire before the poll phase has read replies
+            // that arrived long ago: let I/O run first (setImmediate follows the poll phase).
+            setImmediate(() => {
+              if (done || outcomes[i] !== undefined) return;
+              // Our own process was stalled (GC, a busy loop) while the node waited to be heard:
+              // give the node the stall's length once more before judging it.
+              const lag = performance.now() - due;
+              if (!extended && lag > STALL_MS) return arm(Math.min(lag, Math.max(1, timeoutMs)), true);
+              const short = !health || timeoutMs < health.nodeTimeoutMs;
+              if (!short) health.timedOut(i);
+              const why = short ? ` (the attempt's own deadline)` : '';
+              const error = new NoReplyError(`${describe(i)}: no reply within ${timeoutMs}ms${why}`, short);
+              record(i, { ok: false, error });
+            });
+          }, ms);
+        };
+        arm(Math.max(1, timeoutMs), false);
       }
     }
     if (indices.length === 0) {
@@ -127,8 +165,8 @@ export function round<T, D>(
 }
 
 function nodeError(node: string, e: unknown): Error {
-  const msg = e instanceof Error ? e.message : String(e);
-  return new BackendError(`${node}: ${msg}`, { cause: e });
+  const cause = scrubError(e); // never a client's error as is: it may carry a token
+  return new BackendError(`${node}: ${cause.message}`, { cause });
 }
 
 /** Tally of a round: how many nodes said yes, no, or failed. */
@@ -157,17 +195,5 @@ export const causesOf = (outs: readonly (Outcome<unknown> | undefined)[], n: num
 
 /** Resolves with `p`'s value, or `fallback` after `ms` or if `p` rejects. */
 export function bounded<T>(p: Promise<T>, ms: number, fallback: T): Promise<T> {
-  return new Promise((resolve) => {
-    const t = setTimeout(() => resolve(fallback), ms);
-    p.then(
-      (v) => {
-        clearTimeout(t);
-        resolve(v);
-      },
-      () => {
-        clearTimeout(t);
-        resolve(fallback);
-      },
-    );
-  });
+  return race(p, { ms }).catch(() => fallback);
 }

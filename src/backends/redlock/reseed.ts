@@ -3,6 +3,7 @@
  * docs/redlock.md, "A node restarted empty"). Without it, a grant decided by a majority that
  * includes the empty node can read a counter lower than an earlier holder's fence.
  */
+import { type Duration, toMs } from '../../duration.js';
 import { BackendError, InvalidArgumentError } from '../../errors.js';
 import { adapt, script } from '../redis/client.js';
 
@@ -17,11 +18,11 @@ end
 return {r[1], r[2], v}
 `);
 
-/** KEYS: fence. ARGV: value. Raises the counter to `value`, never lowers it. */
+/** KEYS: fence. ARGV: value, idle ms. Raises the counter to `value`, never lowers it. */
 const RAISE = script(`
 local cur = redis.call('GET', KEYS[1])
 if (not cur) or #cur < #ARGV[1] or (#cur == #ARGV[1] and cur < ARGV[1]) then
-  redis.call('SET', KEYS[1], ARGV[1])
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
   return 1
 end
 return 0
@@ -34,6 +35,8 @@ export interface ReseedOptions {
   readonly prefix?: string;
   /** Keys per SCAN step and per pipelined write (default 500). */
   readonly batch?: number;
+  /** Expiry of a raised counter, as the backend's `fenceIdle` (default 24h). */
+  readonly fenceIdle?: Duration;
 }
 
 /**
@@ -55,6 +58,7 @@ export async function reseedFences(target: unknown, sources: readonly unknown[],
   if (opts.prefix !== undefined && typeof opts.prefix !== 'string') {
     throw new InvalidArgumentError('reseedFences: prefix must be a string');
   }
+  const idleMs = toMs(opts.fenceIdle ?? '24h', 'reseedFences: fenceIdle');
   const match = opts.prefix === undefined ? '{*}:fence' : `{${globEscape(opts.prefix)}:*}:fence`;
   const highest = new Map<string, bigint>();
   for (const a of from) {
@@ -75,7 +79,9 @@ export async function reseedFences(target: unknown, sources: readonly unknown[],
   let raised = 0;
   const entries = [...highest];
   for (let i = 0; i < entries.length; i += batch) {
-    const calls = entries.slice(i, i + batch).map(([k, v]) => ({ script: RAISE, keys: [k], args: [v.toString()] }));
+    const calls = entries
+      .slice(i, i + batch)
+      .map(([k, v]) => ({ script: RAISE, keys: [k], args: [v.toString(), idleMs] }));
     const res = await to.run(calls);
     for (const r of res) {
       if (r instanceof Error) throw new BackendError(`reseedFences: the target failed: ${r.message}`, { cause: r });

@@ -1,63 +1,224 @@
 /**
- * Per-node Lua scripts of the Redlock backend. Per key, every node stores the lock `{key}` (value:
- * the holder's token, with a PX expiry) and the fence counter `{key}:fence` (no expiry: it must
- * only ever grow). Fences travel as decimal strings, compared by length then lexically, so they
- * stay exact past 2^53. Releases publish on `{key}:released`.
+ * Per-node Lua scripts of the Redlock backend. Per key, every node stores
+ *
+ *   {key}         the lock: `<attempt id><token>` with a PX expiry. The attempt id (ID_LEN hex
+ *                 characters, fresh per acquire attempt) lets the clean-up of a failed attempt
+ *                 delete only that attempt's copy, never one a later attempt with the same token set
+ *   {key}:v       the holder value (election), same expiry as the lock
+ *   {key}:fence   the fence counter: seeded from the node's TIME in µs when missing, else INCR;
+ *                 expires after `fenceIdle` without a grant, write-back or renewal
+ *   {key}:pin     the holder's fence on a node whose counter is above it (a node that granted
+ *                 after the decision, with a higher counter of its own), same expiry as the lock
+ *   {key}:result  an idempotency result, written token-checked by the holder
+ *   {key}:q       the waiter registry: a sorted set of waiting backends' wake channels, scored by
+ *                 the waiter's arrival time (the client's ms, so every node orders them alike)
+ *   {key}:qx      the same channels scored by place expiry (the node's ms): a waiter refreshes its
+ *                 place with every attempt, a dead waiter's place lapses; both keys expire with
+ *                 the last place
+ *
+ * Releases publish the wake message to the head waiter's channel only (the next live waiter on
+ * that node), and on `{key}:released` (observers only); grants and fence write-backs publish on
+ * `{key}:granted` (observers only). Fences travel as decimal strings, compared by length then
+ * lexically, so they stay exact past 2^53.
  */
 import { script } from '../redis/client.js';
 
 export const lockKey = (key: string) => `{${key}}`;
 export const fenceKey = (key: string) => `{${key}}:fence`;
+export const valueKey = (key: string) => `{${key}}:v`;
+export const pinKey = (key: string) => `{${key}}:pin`;
+export const resultKey = (key: string) => `{${key}}:result`;
 export const channelOf = (key: string) => `{${key}}:released`;
+export const grantedChannelOf = (key: string) => `{${key}}:granted`;
+export const queueKey = (key: string) => `{${key}}:q`;
+export const placesKey = (key: string) => `{${key}}:qx`;
 
-/** KEYS: lock, fence. ARGV: token, ttlMs. → {1, counter} granted, {0} held. */
-export const ACQUIRE = script(`
-if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  return {1, redis.call('GET', KEYS[2]) or '0'}
+/** Length of the attempt id that prefixes the token in the stored lock value. */
+export const ID_LEN = 16;
+
+/**
+ * Lua: does the stored lock value `v` belong to token ARGV[t] (any attempt when ARGV[a] is '',
+ * else exactly attempt ARGV[a])?
+ */
+const MATCH = `
+local function ours(v, t, a)
+  if not v then return false end
+  if a == '' then return string.sub(v, ${ID_LEN + 1}) == t end
+  return v == a .. t
 end
-return {0}
+`;
+
+/**
+ * KEYS: lock, fence, value, pin, waiter queue, places. ARGV: id..token, ttlMs, hasValue ('1' | '0'),
+ * value, fenceIdleMs, granted channel, wake channel ('' = not waiting), arrival ms, place ms.
+ * → {1, counter} granted (the node's counter after this grant), {0} held, or {0, pttl} held and
+ * the caller's wake channel is (re)registered in the waiter queue with a place of `place ms`.
+ * A grant leaves the caller's place alone (a failed attempt keeps it on every node, so the nodes
+ * keep agreeing on the head); its release removes it.
+ * The counter: INCR; if that made it 1 it was missing (or 0), so it is seeded from TIME in µs.
+ * Lean on purpose: on a small machine the node's time per script shows in every acquire.
+ */
+export const ACQUIRE = script(`
+if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  if ARGV[7] == '' then return {0} end
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  redis.call('ZADD', KEYS[5], 'NX', ARGV[8], ARGV[7])
+  redis.call('ZADD', KEYS[6], string.format('%.0f', now + tonumber(ARGV[9])), ARGV[7])
+  redis.call('PEXPIRE', KEYS[5], ARGV[9])
+  redis.call('PEXPIRE', KEYS[6], ARGV[9])
+  return {0, redis.call('PTTL', KEYS[1])}
+end
+if ARGV[3] == '1' then
+  redis.call('SET', KEYS[3], ARGV[4], 'PX', ARGV[2])
+  redis.call('DEL', KEYS[4])
+else
+  redis.call('DEL', KEYS[3], KEYS[4])
+end
+local c = redis.call('INCR', KEYS[2])
+if c == 1 then
+  local t = redis.call('TIME')
+  c = t[1] .. string.format('%06d', tonumber(t[2]))
+  redis.call('SET', KEYS[2], c, 'PX', math.max(tonumber(ARGV[5]), tonumber(ARGV[2])))
+else
+  redis.call('PEXPIRE', KEYS[2], math.max(tonumber(ARGV[5]), tonumber(ARGV[2])))
+  -- Lua numbers are doubles: exact below 2^53, else read the counter back as a string
+  if c < 9007199254740992 then c = string.format('%.0f', c) else c = redis.call('GET', KEYS[2]) end
+end
+redis.call('PUBLISH', ARGV[6], '1')
+return {1, c}
 `);
 
 /**
- * KEYS: lock, fence. ARGV: token, fence. Writes the fence back only while the lock is still this
- * token's and only upward. → 1 stored (or already higher), 0 not our lock any more.
+ * KEYS: lock, fence. ARGV: id..token, fence, fenceIdleMs, granted channel. Writes the fence back
+ * only while this very attempt's copy is there, and only upward. → 1 stored (or already higher),
+ * 0 not this attempt's lock.
  */
 export const WRITE_FENCE = script(`
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
 local cur = redis.call('GET', KEYS[2])
 if (not cur) or #cur < #ARGV[2] or (#cur == #ARGV[2] and cur < ARGV[2]) then
-  redis.call('SET', KEYS[2], ARGV[2])
+  redis.call('SET', KEYS[2], ARGV[2], 'PX', math.max(tonumber(ARGV[3]), redis.call('PTTL', KEYS[1])))
+  redis.call('PUBLISH', ARGV[4], '1')
 end
 return 1
 `);
 
-/** KEYS: lock. ARGV: token, ttlMs. → 1 extended, 0 not ours. */
-export const EXTEND = script(`
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  return redis.call('PEXPIRE', KEYS[1], ARGV[2])
-end
-return 0
-`);
+/** KEYS: lock, value, fence, pin. ARGV: token, ttlMs, attempt id ('' = any), fenceIdleMs. → 1 | 0. */
+export const EXTEND = script(
+  MATCH +
+    `
+if not ours(redis.call('GET', KEYS[1]), ARGV[1], ARGV[3]) then return 0 end
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+redis.call('PEXPIRE', KEYS[2], ARGV[2])
+redis.call('PEXPIRE', KEYS[4], ARGV[2])
+redis.call('PEXPIRE', KEYS[3], math.max(tonumber(ARGV[4]), tonumber(ARGV[2])))
+return 1
+`,
+);
 
-/** KEYS: lock. ARGV: token, channel, publish ('1' | '0'). → 1 deleted, 0 not ours. */
-export const RELEASE = script(`
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  redis.call('DEL', KEYS[1])
-  if ARGV[3] == '1' then redis.call('PUBLISH', ARGV[2], '1') end
-  return 1
+/**
+ * KEYS: lock, value, pin, fence, waiter queue, places. ARGV: token, attempt id ('' = any attempt
+ * of this token), released channel, publish ('1' | '0'), floor ('' = none), fenceIdleMs, wake
+ * message, the releasing backend's own wake channel ('' = keep it), and for the clean-up of a
+ * failed waiting attempt its place (wake channel or '', arrival ms, place ms): registered as its
+ * refusal would have, so every node keeps the same head. → 1 deleted, 0 not ours.
+ * A holder that saw a higher counter on some node (a counter seeded later) raises the counter of
+ * every node it held to that floor as it lets go, so the nodes' counters come back in step and
+ * the next grant is one round again.
+ * With publish: the releaser's own place and the places that lapsed are dropped from the waiter queue (at most 100 per call),
+ * and the wake message goes to the head's channel only — one waiting backend, not every waiter.
+ */
+export const RELEASE = script(
+  MATCH +
+    `
+-- the releaser's place goes on every node, held there or not (a stale place would put it first)
+if ARGV[8] ~= '' and redis.call('ZREM', KEYS[5], ARGV[8]) == 1 then redis.call('ZREM', KEYS[6], ARGV[8]) end
+if not ours(redis.call('GET', KEYS[1]), ARGV[1], ARGV[2]) then return 0 end
+redis.call('DEL', KEYS[1], KEYS[2], KEYS[3])
+if ARGV[5] ~= '' then
+  local cur = redis.call('GET', KEYS[4])
+  if (not cur) or #cur < #ARGV[5] or (#cur == #ARGV[5] and cur < ARGV[5]) then
+    redis.call('SET', KEYS[4], ARGV[5], 'PX', ARGV[6])
+  end
 end
-return 0
+if ARGV[9] ~= '' then
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  redis.call('ZADD', KEYS[5], 'NX', ARGV[10], ARGV[9])
+  redis.call('ZADD', KEYS[6], string.format('%.0f', now + tonumber(ARGV[11])), ARGV[9])
+  redis.call('PEXPIRE', KEYS[5], ARGV[11])
+  redis.call('PEXPIRE', KEYS[6], ARGV[11])
+end
+if ARGV[4] == '1' then
+  redis.call('PUBLISH', ARGV[3], '1')
+  local h = redis.call('ZRANGE', KEYS[5], 0, 0)
+  if h[1] then
+    local t = redis.call('TIME')
+    local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+    local dead = redis.call('ZRANGEBYSCORE', KEYS[6], '-inf', string.format('%.0f', now), 'LIMIT', 0, 100)
+    if #dead > 0 then
+      redis.call('ZREM', KEYS[5], unpack(dead))
+      redis.call('ZREM', KEYS[6], unpack(dead))
+    end
+    h = redis.call('ZRANGE', KEYS[5], 0, 0)
+    if h[1] then redis.call('PUBLISH', h[1], ARGV[7]) end
+  end
+end
+return 1
+`,
+);
+
+/**
+ * KEYS: waiter queue, places. ARGV: wake channel. A waiter that gave up leaves the queue. → 1 | 0.
+ */
+export const LEAVE = script(`
+redis.call('ZREM', KEYS[2], ARGV[1])
+return redis.call('ZREM', KEYS[1], ARGV[1])
 `);
 
 /**
- * KEYS: lock, fence. → {0} free, or {1, sha1(token), pttl, counter}. Only a digest of the token
- * leaves the node, so holders can be compared across nodes without ever revealing a token.
+ * KEYS: lock, pin, fence, value. ARGV: id..token, fence, granted channel. A node whose counter is
+ * above the holder's fence records that fence for this copy (inspect reads it instead of the
+ * counter), only while this very attempt's copy is there. → 1 | 0.
+ */
+export const PIN = script(`
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+local ttl = redis.call('PTTL', KEYS[1])
+if ttl > 0 then redis.call('SET', KEYS[2], ARGV[2], 'PX', ttl) else redis.call('SET', KEYS[2], ARGV[2]) end
+redis.call('PUBLISH', ARGV[3], '1')
+return 1
+`);
+
+/**
+ * KEYS: lock, fence, value, pin. → {0} free, or {1, sha1(token), pttl, fence, value | nil}, where
+ * fence is the pin if there is one, else the counter. Only a digest of the token leaves the node,
+ * so holders can be compared across nodes without ever revealing a token (attempts of one token
+ * count as one holder).
  */
 export const INSPECT = script(`
-local t = redis.call('GET', KEYS[1])
-if not t then return {0} end
-return {1, redis.sha1hex(t), redis.call('PTTL', KEYS[1]), redis.call('GET', KEYS[2]) or '0'}
+local v = redis.call('GET', KEYS[1])
+if not v then return {0} end
+local t = string.sub(v, ${ID_LEN + 1})
+local f = redis.call('GET', KEYS[4]) or redis.call('GET', KEYS[2]) or '0'
+return {1, redis.sha1hex(t), redis.call('PTTL', KEYS[1]), f, redis.call('GET', KEYS[3]) or false}
 `);
 
 /** KEYS: lock. → PTTL: -2 free, -1 held without expiry, else ms left. */
 export const PTTL = script(`return redis.call('PTTL', KEYS[1])`);
+
+/** KEYS: lock, result. ARGV: token, attempt id ('' = any), payload, ttlMs. → 1 stored, 0 not ours. */
+export const PUT_RESULT = script(
+  MATCH +
+    `
+if not ours(redis.call('GET', KEYS[1]), ARGV[1], ARGV[2]) then return 0 end
+redis.call('SET', KEYS[2], ARGV[3], 'PX', ARGV[4])
+return 1
+`,
+);
+
+/** KEYS: result. → the stored payload or nil. */
+export const GET_RESULT = script(`return redis.call('GET', KEYS[1])`);
+
+/** ARGV: cursor, match pattern, count. → {next cursor, keys}. */
+export const SCAN = script(`return redis.call('SCAN', ARGV[1], 'MATCH', ARGV[2], 'COUNT', ARGV[3])`);

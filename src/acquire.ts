@@ -1,0 +1,245 @@
+/**
+ * Acquiring: the fast path (one attempt, no timer or signal set up beyond the call's own bound),
+ * the slow path (local FIFO turn, then pauses and attempts until the `wait` deadline), and
+ * `tryAcquire`. Every attempt is a bounded call (src/calls.ts): it settles by the deadline, the
+ * call's `opTimeout`, the lease's validity, or at once on abort and `close()`; a grant that
+ * arrives after the caller gave up is released, and a waiter that gave up leaves the queue.
+ * A `QuorumError` (a multi-node backend could not reach a majority for now: a partition, a stall)
+ * is retried with a jittered backoff until the deadline, which then rejects with that error.
+ */
+import type { Backend, Grant } from './backend.js';
+import type { CallOptions, Calls } from './calls.js';
+import { after, cancel } from './deadlines.js';
+import { LockTimeoutError, QuorumError } from './errors.js';
+import { channels, emit } from './events.js';
+import { driftMs } from './lease.js';
+import { anySignal, backoffDelay, LinkedSignal, now, race, sleep, TurnQueue, type Backoff } from './wait.js';
+
+export interface Parsed {
+  key: string;
+  fullKey: string;
+  ttlMs: number;
+  renew: boolean;
+  waitMs: number;
+  signal: AbortSignal | undefined;
+  value: string | undefined;
+}
+
+/** What acquiring needs from its Locks. */
+export interface AcquireHost {
+  readonly backend: Backend;
+  readonly calls: Calls;
+  readonly retry: Backoff;
+  /** Aborted with a ClosedError by `close()`. */
+  readonly closingSignal: AbortSignal;
+  /** A grant the caller still wants becomes a lease. */
+  grant(p: Parsed, token: string, g: Grant, sentAt: number, waitedMs: number, attempts: number): unknown;
+}
+
+export class Acquirer {
+  private readonly turns = new TurnQueue();
+  private readonly kicks = new Map<string, LinkedSignal>();
+
+  constructor(private readonly host: AcquireHost) {}
+
+  /** Someone in this process may take `fullKey` now (a lease on it settled). */
+  kick(fullKey: string): void {
+    this.kicks.get(fullKey)?.abort();
+  }
+
+  /** One acquire attempt, bounded; a late grant is released, a late refusal leaves the queue. */
+  private attempt(
+    p: Parsed,
+    token: string,
+    queue: boolean,
+    ms: number,
+    signal: AbortSignal | undefined,
+    closable: boolean,
+    onTimeout?: () => unknown,
+  ): Promise<Grant | null> {
+    const { backend, calls } = this.host;
+    const o: CallOptions<Grant | null> = { key: p.key, ms, signal, closable, onTimeout, secrets: [token] };
+    // assigned, not a property of the literal: no function name to define per attempt under keepNames
+    o.late = (g) => {
+      if (g) return this.giveBack(p, token);
+      if (queue && backend.leave) return this.leave(p, token);
+    };
+    return calls.run(
+      'acquire',
+      () => backend.acquire(p.fullKey, { token, ttlMs: p.ttlMs, queue, value: p.value, renew: p.renew }),
+      o,
+    );
+  }
+
+  /** An attempt whose QuorumError is returned rather than thrown: the wait retries it. */
+  private async attemptOrQuorum(...args: Parameters<Acquirer['attempt']>): Promise<Grant | null | QuorumError> {
+    try {
+      return await this.attempt(...args);
+    } catch (e) {
+      if (e instanceof QuorumError) return e;
+      throw e;
+    }
+  }
+
+  /** Token-checked release of a grant nobody wants any more; tracked, so close() waits for it. */
+  private giveBack(p: Parsed, token: string): Promise<unknown> {
+    const { backend, calls } = this.host;
+    return calls.run('release', () => backend.release(p.fullKey, token), { key: p.key }).catch(() => false);
+  }
+
+  private leave(p: Parsed, token: string): Promise<unknown> {
+    const { backend, calls } = this.host;
+    return calls.run('leave', () => backend.leave!(p.fullKey, token), { key: p.key }).catch(() => {});
+  }
+
+  /** The longest an attempt may take: a grant later than the lease's validity is already void. */
+  private validity(p: Parsed): number {
+    return Math.max(1, p.ttlMs - driftMs(p.ttlMs));
+  }
+
+  async acquire(p: Parsed, token: string): Promise<unknown> {
+    const started = now();
+    if (this.turns.busy(p.fullKey)) return this.wait(p, token, started, false);
+    // fast path: nobody local is ahead of us; one attempt before any timer or signal is set up
+    this.turns.takeNow(p.fullKey);
+    let waiting = false;
+    try {
+      const { calls } = this.host;
+      // at least one attempt is made, even with wait: 0; a positive wait bounds it too
+      const ms = Math.min(calls.opTimeoutMs, this.validity(p), p.waitMs > 0 ? p.waitMs : Infinity);
+      const byWait = p.waitMs > 0 && p.waitMs <= Math.min(calls.opTimeoutMs, this.validity(p));
+      const onTimeout = byWait ? () => new LockTimeoutError(p.key, now() - started) : undefined;
+      let g: Grant | null;
+      try {
+        g = await this.attempt(p, token, true, ms, p.signal, true, onTimeout);
+      } catch (e) {
+        if (!(e instanceof QuorumError)) throw e;
+        waiting = true;
+        return await this.wait(p, token, started, true, e);
+      }
+      if (g) return this.granted(p, token, g, started, started, 1);
+      waiting = true;
+      return await this.wait(p, token, started, true);
+    } finally {
+      if (!waiting) this.turns.pass(p.fullKey);
+    }
+  }
+
+  /** A grant arrived: unless the caller gave up meanwhile, it becomes a lease. */
+  private granted(p: Parsed, token: string, g: Grant, sentAt: number, started: number, attempts: number): unknown {
+    const closing = this.host.closingSignal;
+    if (p.signal?.aborted || closing.aborted) {
+      void this.giveBack(p, token); // not awaited: the caller is told at once
+      throw p.signal?.aborted ? p.signal.reason : closing.reason;
+    }
+    return this.host.grant(p, token, g, sentAt, now() - started, attempts);
+  }
+
+  /**
+   * The slow path: wait for the local turn (unless `hasTurn`: then the first attempt was refused
+   * and we are queued at the backend), then alternate pauses and attempts until the deadline.
+   * When the last attempt failed with a QuorumError, the LockTimeoutError carries it as `cause`.
+   */
+  private async wait(
+    p: Parsed,
+    token: string,
+    started: number,
+    hasTurn: boolean,
+    failure?: QuorumError,
+  ): Promise<unknown> {
+    const { backend, calls, closingSignal } = this.host;
+    const left = Math.max(0, p.waitMs - (now() - started));
+    // one controller for the caller's signal, close() and the deadline (which aborts it directly)
+    const all = anySignal([p.signal, closingSignal]);
+    const timer = after(left, () => all.abort(new LockTimeoutError(p.key, now() - started)));
+    let queued = hasTurn;
+    let outcome: 'acquired' | 'timeout' | 'aborted' | 'error' = 'error';
+    if (channels.wait.hasSubscribers) emit(channels.wait, { backend: backend.name, key: p.key, phase: 'start' });
+    try {
+      if (!hasTurn) await this.turns.take(p.fullKey, all.signal);
+      try {
+        for (let attempt = hasTurn ? 2 : 1; ; attempt++) {
+          if (queued) {
+            if (all.signal.aborted) throw all.signal.reason;
+            await this.pause(p, all.signal, attempt - 1, failure !== undefined);
+          }
+          if (all.signal.aborted) throw all.signal.reason;
+          const sentAt = now();
+          // bounded by the caller's signal, the deadline and close() (all three in `all`)
+          const g = await this.attemptOrQuorum(
+            p,
+            token,
+            true,
+            Math.min(calls.opTimeoutMs, this.validity(p)),
+            all.signal,
+            false,
+          );
+          failure = g instanceof QuorumError ? g : undefined;
+          if (g && !(g instanceof QuorumError)) {
+            const lease = this.granted(p, token, g, sentAt, started, attempt);
+            outcome = 'acquired';
+            return lease;
+          }
+          queued = true;
+        }
+      } finally {
+        this.turns.pass(p.fullKey);
+      }
+    } catch (e) {
+      outcome = e instanceof LockTimeoutError ? 'timeout' : all.signal.aborted ? 'aborted' : 'error';
+      if (queued && backend.leave) void this.leave(p, token);
+      throw e instanceof LockTimeoutError && failure ? new LockTimeoutError(p.key, e.waitedMs, { cause: failure }) : e;
+    } finally {
+      cancel(timer);
+      all.dispose();
+      if (channels.wait.hasSubscribers) {
+        emit(channels.wait, { backend: backend.name, key: p.key, phase: 'end', waitedMs: now() - started, outcome });
+      }
+    }
+  }
+
+  /**
+   * Waits for a push wake-up (or a local release), else — or after a failed attempt (`backoff`) —
+   * for a jittered backoff; never past `signal`.
+   */
+  private async pause(p: Parsed, signal: AbortSignal, attempt: number, backoff = false): Promise<void> {
+    // aborted by `signal` or by a kick (a local release): one controller per pause
+    const both = anySignal([signal]);
+    this.kicks.set(p.fullKey, both);
+    const { backend } = this.host;
+    try {
+      if (backend.waitForChange && !backoff) {
+        // bounded so a waiter refreshes its place in a fair queue and survives a missed message
+        const maxMs = Math.max(1, Math.floor(p.ttlMs / 3));
+        let wait: Promise<void>;
+        try {
+          wait = backend.waitForChange(p.fullKey, both.signal, maxMs);
+        } catch {
+          wait = sleep(maxMs, both.signal);
+        }
+        // the engine enforces the contract: a driver stuck on a hung client cannot hold us
+        await race(wait, { ms: maxMs + 10, signal: both.signal }).catch(() => {});
+      } else {
+        await sleep(backoffDelay(this.host.retry, attempt - 1), both.signal);
+      }
+    } finally {
+      both.dispose();
+      if (this.kicks.get(p.fullKey) === both) this.kicks.delete(p.fullKey);
+    }
+  }
+
+  async tryAcquire(p: Parsed, token: string): Promise<unknown> {
+    // someone in this process is already acquiring this key: one attempt would fail anyway
+    if (this.turns.busy(p.fullKey)) return null;
+    this.turns.takeNow(p.fullKey);
+    try {
+      const sentAt = now();
+      const ms = Math.min(this.host.calls.opTimeoutMs, this.validity(p));
+      const g = await this.attempt(p, token, false, ms, p.signal, true);
+      if (!g) return null;
+      return this.granted(p, token, g, sentAt, sentAt, 1);
+    } finally {
+      this.turns.pass(p.fullKey);
+    }
+  }
+}

@@ -1,0 +1,426 @@
+/**
+ * The etcd driver: etcd's own lock algorithm (client/v3/concurrency mutex.go) on the etcd3
+ * package's KV, Lease and Watch calls. One transaction creates our entry under the backend's
+ * lease if absent and reads the entry just before ours by create revision: none means we hold
+ * the lock (an uncontended acquire is one round trip), and our create revision is the fence. A
+ * waiter watches only that predecessor (no herd), then tries again, which re-reads its own entry:
+ * if its lease died while it waited, the entry is gone and the attempt fails (Jepsen's etcd
+ * 3.4.3 finding), it never reports a grant.
+ */
+import { inspect } from 'node:util';
+import type { IKeyValue, IRequestOp, ITxnResponse, Namespace } from 'etcd3';
+import type {
+  AcquireRequest,
+  Backend,
+  BackendCapabilities,
+  ExtendItem,
+  Grant,
+  LockInfo,
+  LostCallback,
+  ResultStore,
+} from '../../backend.js';
+import { BackendError, ClosedError, InvalidArgumentError } from '../../errors.js';
+import { encodeValue, entriesOf, entryKey, rangeEnd, resultKey } from './keys.js';
+import { Keyspace } from './read.js';
+import { Session } from './session.js';
+import { Watches, type Pred } from './watch.js';
+
+export interface EtcdConfig {
+  readonly client: Namespace;
+  /** The etcd lease's TTL in ms (whole seconds). */
+  readonly leaseTtlMs: number;
+}
+
+/** One acquire's entry: held, or waiting in the queue. */
+interface Entry {
+  readonly key: string;
+  readonly token: string;
+  /** The entry's etcd key, relative to the client's namespace. */
+  readonly etcdKey: string;
+  /** Its create revision: the fence once it holds. */
+  readonly rev: string;
+  readonly session: Session;
+  /** Frees a held lock the engine neither extended nor released within its TTL. */
+  timer: NodeJS.Timeout | null;
+}
+
+/** etcd's default --max-txn-ops: the most operations one transaction may have. */
+const MAX_TXN_OPS = 128;
+const isLeaseGone = (e: unknown): boolean =>
+  (e as Error)?.name === 'EtcdLeaseInvalidError' || /lease not found/i.test(String((e as Error)?.message));
+
+export class EtcdBackend implements Backend {
+  readonly name = 'etcd';
+  readonly capabilities: BackendCapabilities = { push: true, fair: true, value: true, results: true, session: true };
+  readonly results: ResultStore = {
+    get: (lockKey) => this.keys.value(resultKey(lockKey)),
+    put: (lockKey, token, value, ttlMs) => this.putResult(lockKey, token, value, ttlMs),
+  };
+  readonly client: Namespace;
+  private readonly keys: Keyspace;
+  private readonly watches: Watches;
+  private readonly held = new Map<string, Entry>();
+  private readonly places = new Map<string, Entry>();
+  /** Per key: the predecessor our last refused attempt saw, and the revision it saw it at. */
+  private readonly preds = new Map<string, Pred>();
+  private readonly lost = new Set<LostCallback>();
+  private current: Session | null = null;
+  private opening: Promise<Session> | null = null;
+  private closed = false;
+
+  constructor(private readonly config: EtcdConfig) {
+    this.client = config.client;
+    this.keys = new Keyspace(config.client);
+    this.watches = new Watches(config.client);
+  }
+
+  private raw(key: string): Buffer {
+    return this.keys.raw(key);
+  }
+
+  /** The session (lease) acquires go under: the current one, or a new one if it died. */
+  private async session(): Promise<Session> {
+    if (this.current && !this.current.dead) return this.current;
+    this.opening ??= Session.open(this.client, this.config.leaseTtlMs)
+      .then((s) => {
+        if (this.closed) {
+          void s.revoke().catch(() => {});
+          throw new ClosedError('etcd: backend closed');
+        }
+        this.current = s;
+        s.onDeath((cause) => this.sessionDied(s, cause));
+        return s;
+      })
+      .finally(() => (this.opening = null));
+    return this.opening;
+  }
+
+  private sessionDied(s: Session, cause: unknown): void {
+    if (this.current === s) this.current = null;
+    for (const e of [...this.held.values()]) {
+      if (e.session !== s) continue;
+      this.forget(e);
+      for (const cb of this.lost) {
+        try {
+          cb(e.key, e.token, cause);
+        } catch {
+          // a listener's failure must not stop the others
+        }
+      }
+    }
+    // the server may still hold the lease (our watchdog is early by design): free its keys now
+    if (!this.closed) void s.revoke().catch(() => {});
+  }
+
+  async acquire(key: string, req: AcquireRequest): Promise<Grant | null> {
+    this.check(key, req?.token);
+    const place = this.places.get(req.token);
+    if (place) return this.again(place, req);
+    for (let tries = 0; ; tries++) {
+      const s = await this.session();
+      this.assertOpen();
+      try {
+        return await this.first(s, key, req);
+      } catch (e) {
+        // our lease is gone on the server and we had not noticed: a new session, once
+        if (!isLeaseGone(e) || tries > 0) throw e;
+        s.die(e);
+      }
+    }
+  }
+
+  /** A first attempt: our entry is created, with the entry just before it read in the same txn. */
+  private async first(s: Session, key: string, req: AcquireRequest): Promise<Grant | null> {
+    const etcdKey = entryKey(key, s.id, req.token);
+    const me = this.raw(etcdKey);
+    const prefix = this.raw(entriesOf(key));
+    const put: IRequestOp = {
+      request_put: { key: me, value: Buffer.from(encodeValue(req.value)), lease: s.id },
+    };
+    let r: ITxnResponse;
+    if (req.queue) {
+      // mutex.go: put if absent; the two newest entries are ours and our predecessor
+      r = await this.client.kv.txn({
+        compare: [{ key: me, target: 'Create', result: 'Equal', create_revision: 0 }],
+        success: [
+          put,
+          {
+            request_range: {
+              key: prefix,
+              range_end: rangeEnd(prefix),
+              sort_target: 'Create',
+              sort_order: 'Descend',
+              limit: 2,
+              keys_only: true,
+            },
+          },
+        ],
+        failure: [{ request_range: { key: me } }],
+      });
+    } else {
+      // tryAcquire never queues: put only when nobody holds or waits
+      r = await this.client.kv.txn({
+        compare: [{ key: prefix, range_end: rangeEnd(prefix), target: 'Create', result: 'Equal', create_revision: 0 }],
+        success: [put],
+        failure: [],
+      });
+      if (!r.succeeded) return null;
+      const mine: Entry = { key, token: req.token, etcdKey, rev: r.header.revision, session: s, timer: null };
+      if (s.dead) return this.voided(mine, s);
+      return this.granted(mine, req);
+    }
+    let rev: string;
+    let pred: IKeyValue | undefined;
+    if (r.succeeded) {
+      rev = r.header.revision;
+      const kvs = r.responses[1]!.response_range.kvs;
+      pred = kvs.find((kv) => kv.create_revision !== rev);
+    } else {
+      const kv = r.responses[0]!.response_range.kvs[0];
+      if (!kv) throw new BackendError('etcd: our entry vanished during the acquire');
+      rev = kv.create_revision;
+      pred = await this.keys.predecessor(key, rev);
+    }
+    const entry: Entry = { key, token: req.token, etcdKey, rev, session: s, timer: null };
+    if (s.dead) return this.voided(entry, s);
+    if (!pred) return this.granted(entry, req);
+    return this.refused(entry, pred, r.header.revision);
+  }
+
+  /** A later attempt of a queued acquire: our entry must still be there, or our lease died. */
+  private async again(place: Entry, req: AcquireRequest): Promise<Grant | null> {
+    const me = this.raw(place.etcdKey);
+    const prefix = this.raw(entriesOf(place.key));
+    const gone = () => {
+      this.places.delete(place.token);
+      this.preds.delete(place.key);
+      return new BackendError(
+        `etcd: the lease this waiter queued under ended while it waited (${place.session.dead ? 'lost' : 'its entry was deleted'}); it does not hold the lock`,
+        { cause: place.session.cause ?? undefined },
+      );
+    };
+    if (place.session.dead) throw gone();
+    const r = await this.client.kv.txn({
+      compare: [{ key: me, target: 'Create', result: 'Equal', create_revision: place.rev }],
+      success: [
+        {
+          request_range: {
+            key: prefix,
+            range_end: rangeEnd(prefix),
+            max_create_revision: String(BigInt(place.rev) - 1n),
+            sort_target: 'Create',
+            sort_order: 'Descend',
+            limit: 1,
+            keys_only: true,
+          },
+        },
+      ],
+      failure: [],
+    });
+    // the Jepsen case: after waiting, our own entry is re-read; if our lease died, we fail
+    if (!r.succeeded || place.session.dead) throw gone();
+    const pred = r.responses[0]!.response_range.kvs[0];
+    if (!pred) return this.granted(place, req);
+    return this.refused(place, pred, r.header.revision);
+  }
+
+  /** The session ended while the attempt was in flight: its entry is removed, the attempt fails. */
+  private async voided(e: Entry, s: Session): Promise<never> {
+    await this.deleteEntry(e).catch(() => {});
+    throw new BackendError('etcd: the lease ended during the acquire', { cause: s.cause });
+  }
+
+  private granted(e: Entry, req: AcquireRequest): Grant {
+    this.places.delete(e.token);
+    this.preds.delete(e.key);
+    this.held.set(e.token, e);
+    this.expireAfter(e, req.ttlMs);
+    return { fence: BigInt(e.rev) };
+  }
+
+  private refused(e: Entry, pred: IKeyValue, rev: string): null {
+    this.places.set(e.token, e);
+    this.preds.set(e.key, { etcdKey: this.keys.unraw(pred.key), rev });
+    return null;
+  }
+
+  /** A lock neither extended nor released within its TTL is freed by the backend itself. */
+  private expireAfter(e: Entry, ms: number): void {
+    if (e.timer) clearTimeout(e.timer);
+    e.timer = setTimeout(
+      () => {
+        e.timer = null;
+        if (this.held.get(e.token) !== e) return;
+        this.forget(e);
+        void this.deleteEntry(e).catch(() => {});
+      },
+      Math.min(ms, 2_147_483_647),
+    );
+    e.timer.unref();
+  }
+
+  private forget(e: Entry): void {
+    if (e.timer) clearTimeout(e.timer);
+    e.timer = null;
+    if (this.held.get(e.token) === e) this.held.delete(e.token);
+  }
+
+  /** Deletes an entry if it is still the same one (same create revision). */
+  private async deleteEntry(e: Entry, leaseId = e.session.id): Promise<boolean> {
+    const me = this.raw(e.etcdKey);
+    const r = await this.client.kv.txn({
+      compare: [
+        { key: me, target: 'Create', result: 'Equal', create_revision: e.rev },
+        { key: me, target: 'Lease', result: 'Equal', lease: leaseId },
+      ],
+      success: [{ request_delete_range: { key: me } }],
+      failure: [],
+    });
+    return r.succeeded && Number(r.responses[0]!.response_delete_range.deleted) === 1;
+  }
+
+  /**
+   * The liveness probe of many leases in one round trip: each entry must still exist with its
+   * create revision, under its lease, and that lease must have a confirmed keep-alive.
+   */
+  async extend(items: readonly ExtendItem[]): Promise<boolean[]> {
+    const out = items.map(() => false);
+    const probe: { e: Entry; i: number }[] = [];
+    items.forEach((it, i) => {
+      const e = this.held.get(it.token);
+      if (e && e.key === it.key && e.session.alive) probe.push({ e, i });
+    });
+    if (probe.length === 0) return out;
+    const sentAt = performance.now();
+    // etcd refuses a transaction of more than --max-txn-ops (128 by default) operations
+    const chunks: (typeof probe)[] = [];
+    for (let i = 0; i < probe.length; i += MAX_TXN_OPS) chunks.push(probe.slice(i, i + MAX_TXN_OPS));
+    const answers = await Promise.all(
+      chunks.map((chunk) =>
+        this.client.kv.txn({
+          compare: [],
+          success: chunk.map(({ e }) => ({ request_range: { key: this.raw(e.etcdKey) } })),
+          failure: [],
+        }),
+      ),
+    );
+    chunks.forEach((chunk, c) => {
+      chunk.forEach(({ e, i }, j) => {
+        const kv = answers[c]!.responses[j]?.response_range.kvs[0];
+        const ok = !!kv && kv.create_revision === e.rev && kv.lease === e.session.id && !e.session.dead;
+        out[i] = ok;
+        if (ok) this.expireAfter(e, Math.max(1, items[i]!.ttlMs - (performance.now() - sentAt)));
+      });
+    });
+    return out;
+  }
+
+  async release(key: string, token: string): Promise<boolean> {
+    const e = this.held.get(token);
+    if (!e || e.key !== key) return false;
+    this.forget(e);
+    const deleted = await this.deleteEntry(e);
+    return deleted && !e.session.dead;
+  }
+
+  /** A waiter that gave up removes its entry (its successor then watches the one before it). */
+  async leave(key: string, token: string): Promise<void> {
+    const e = this.places.get(token);
+    if (!e || e.key !== key) return;
+    this.places.delete(token);
+    if (this.preds.has(key)) this.preds.delete(key);
+    await this.deleteEntry(e);
+  }
+
+  /**
+   * Hands a held lock over to a lease of its own with TTL `ms` (rounded up to whole seconds, or
+   * etcd's minimum): it survives `close()` (which revokes the backend's lease) and a crash, and
+   * is deleted after exactly `ms` while this process runs (runExclusive's lockAtLeastFor).
+   */
+  async keep(key: string, token: string, ms: number): Promise<boolean> {
+    const e = this.held.get(token);
+    if (!e || e.key !== key || !e.session.alive) return false;
+    const id = await this.keys.putUnderOwnLease(e, { key: e.etcdKey }, ms);
+    if (id === null) return false;
+    this.forget(e);
+    const timer = setTimeout(() => void this.deleteEntry(e, id).catch(() => {}), ms);
+    timer.unref();
+    return true;
+  }
+
+  waitForChange(key: string, signal: AbortSignal, maxMs: number): Promise<void> {
+    return this.watches.waitFor(this.preds.get(key), signal, maxMs);
+  }
+
+  watch(key: string, onChange: () => void): Promise<() => void> {
+    this.assertOpen();
+    return this.watches.watch(key, onChange);
+  }
+
+  inspect(key: string): Promise<LockInfo | null> {
+    this.assertOpen();
+    return this.keys.inspect(key);
+  }
+
+  list(prefix: string): AsyncIterable<LockInfo> {
+    this.assertOpen();
+    return this.keys.list(prefix);
+  }
+
+  forceRelease(key: string): Promise<LockInfo | null> {
+    this.assertOpen();
+    return this.keys.forceRelease(key);
+  }
+
+  private async putResult(lockKey: string, token: string, value: string, ttlMs: number): Promise<boolean> {
+    const e = this.held.get(token);
+    if (!e || e.key !== lockKey || !e.session.alive) return false;
+    return (await this.keys.putUnderOwnLease(e, { key: resultKey(lockKey), value }, ttlMs)) !== null;
+  }
+
+  /** The etcd key and fence of a lease this backend holds (for guarded writes), else null. */
+  entryOf(token: string): { etcdKey: string; fence: bigint } | null {
+    const e = this.held.get(token);
+    return e ? { etcdKey: e.etcdKey, fence: BigInt(e.rev) } : null;
+  }
+
+  onLost(cb: LostCallback): void {
+    if (typeof cb !== 'function') throw new InvalidArgumentError('onLost: callback must be a function');
+    this.lost.add(cb);
+  }
+
+  /** Revokes the backend's lease: every lock and queue place under it goes at once. */
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    for (const e of this.held.values()) if (e.timer) clearTimeout(e.timer);
+    this.held.clear();
+    this.places.clear();
+    this.preds.clear();
+    this.watches.close();
+    const s = this.current ?? (await this.opening?.catch(() => null)) ?? null;
+    this.current = null;
+    // an etcd out of reach cannot revoke: the lease then ends by its TTL (leaseTtl)
+    if (s) await s.revoke().catch(() => {});
+  }
+
+  private check(key: string, token: unknown): void {
+    if (typeof key !== 'string' || key.length === 0)
+      throw new InvalidArgumentError('etcd: key must be a non-empty string');
+    if (typeof token !== 'string' || token.length === 0)
+      throw new InvalidArgumentError('etcd: token must be a non-empty string');
+    this.assertOpen();
+  }
+
+  private assertOpen(): void {
+    if (this.closed) throw new ClosedError('etcd: backend closed');
+  }
+
+  /** Neither the client nor its options (a password) print, at any depth; never a token. */
+  [inspect.custom](): string {
+    return `EtcdBackend { held: ${this.held.size}${this.closed ? ', closed' : ''} }`;
+  }
+  toJSON(): { name: string; held: number } {
+    return { name: this.name, held: this.held.size };
+  }
+}

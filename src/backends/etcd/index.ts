@@ -1,0 +1,59 @@
+/**
+ * `leasehold/etcd`: locks, fences and elections on etcd, with etcd's own lock algorithm
+ * (client/v3/concurrency mutex.go) over the `etcd3` package's KV, Lease, Watch and transactions
+ * (never its `Lock`). One etcd lease per backend (per Locks) keeps every lock and queue place
+ * alive; the fence is the lock entry's create revision. See docs/etcd.md.
+ */
+import type { ComparatorBuilder, Namespace } from 'etcd3';
+import { toMs, type Duration } from '../../duration.js';
+import { InvalidArgumentError, LeaseLostError } from '../../errors.js';
+import type { Lease } from '../../lease.js';
+import { checkOptions } from '../../validate.js';
+import { EtcdBackend } from './backend.js';
+
+export { EtcdBackend } from './backend.js';
+
+export interface EtcdOptions {
+  /**
+   * The TTL of the backend's etcd lease (default `'10s'`; whole seconds, at least 2s — etcd's
+   * own minimum): how long a crashed or partitioned process keeps its locks before etcd frees
+   * them. The client keeps it alive every TTL/3; a keep-alive not confirmed within the TTL marks
+   * every lock held under it lost. A lock's `ttl` is its holder's validity: renewal (every ttl/3)
+   * checks that the lock's entry still exists under the live lease.
+   */
+  leaseTtl?: Duration;
+}
+
+const isClient = (x: unknown): x is Namespace => {
+  const c = x as Record<string, unknown> | null;
+  return !!c && typeof c === 'object' && typeof c.lease === 'function' && typeof c.watch === 'function' && !!c.kv;
+};
+
+/** A backend over an etcd cluster, through the caller's `etcd3` client (never closed by us). */
+export function etcd(client: Namespace, options?: EtcdOptions): EtcdBackend {
+  if (!isClient(client))
+    throw new InvalidArgumentError('etcd(client): client must be an etcd3 client (Etcd3, or one of its namespaces)');
+  const o = checkOptions<EtcdOptions>(options, ['leaseTtl'], 'etcd');
+  const ttlMs = o.leaseTtl === undefined ? 10_000 : toMs(o.leaseTtl, 'etcd: leaseTtl');
+  if (ttlMs < 2000) throw new InvalidArgumentError('etcd: leaseTtl must be at least 2s (etcd raises shorter leases)');
+  return new EtcdBackend({ client, leaseTtlMs: Math.ceil(ttlMs / 1000) * 1000 });
+}
+
+/**
+ * etcd's `IsOwner()`: a transaction on the backend's client that commits only while `lease`
+ * still holds its lock (a compare on the lock entry's create revision, which is the fence). Add
+ * the writes with `.then(...)` and check `succeeded` of `.commit()`:
+ *
+ *     const r = await ownerTxn(backend, lease).then(client.put('config').value(v)).commit();
+ *     if (!r.succeeded) throw new Error('no longer the holder');
+ *
+ * Throws LeaseLostError if this backend no longer holds `lease`.
+ */
+export function ownerTxn(backend: EtcdBackend, lease: Lease): ComparatorBuilder {
+  if (!(backend instanceof EtcdBackend)) throw new InvalidArgumentError('ownerTxn: backend must be an etcd() backend');
+  const entry = lease && typeof lease === 'object' ? backend.entryOf(lease.token) : null;
+  if (!entry || entry.fence !== lease.fence || !lease.held) {
+    throw new LeaseLostError(String(lease?.key), 'this backend no longer holds the lease');
+  }
+  return backend.client.if(entry.etcdKey, 'Create', '==', entry.fence.toString());
+}

@@ -1,0 +1,155 @@
+/**
+ * Renewal on Redis Cluster, one round trip per master per tick.
+ *
+ * Fast path (Redis ≥ 7): the leases are grouped by the master that serves their slot, and each
+ * master gets one pipeline of EXTEND_NODE calls (256 leases each) on its own connection. The
+ * script carries the `allow-cross-slot-keys` flag and takes its keys as ARGV, because EVAL's
+ * declared keys must share one slot; the server still refuses any key this node does not serve
+ * (a slot that moved or is migrating): that chunk then takes the slow path.
+ *
+ * Slow path (Redis 6, or after a refusal): one EXTEND_MANY call per slot; the adapter sends one
+ * pipeline per slot owner and follows MOVED/ASK.
+ *
+ * `renewalCalls` and `spreadFlags` build and read the EXTEND_MANY calls of a single server's
+ * renewal too (there, one pipeline for all of them).
+ */
+import type { ExtendItem } from '../../backend.js';
+import { script, type RedisAdapter, type Script, type ScriptCall } from './client.js';
+import { slotOf } from './slots.js';
+
+/**
+ * ARGV lock1 token1 ttl1 fenceTtl1 lock2 … → { 1 | 0, … } (keys of any slot this node serves);
+ * as EXTEND_MANY: the lock and its value get the ttl, the fence counter lives at least fenceTtl.
+ */
+export const EXTEND_NODE = script(`#!lua flags=allow-cross-slot-keys
+local out = {}
+for i = 1, #ARGV, 4 do
+  local k = ARGV[i]
+  if redis.call('GET', k) == ARGV[i + 1] then
+    redis.call('PEXPIRE', k, ARGV[i + 2])
+    redis.call('PEXPIRE', k .. ':v', ARGV[i + 2])
+    redis.call('PEXPIRE', k .. ':fence', ARGV[i + 3])
+    out[#out + 1] = 1
+  else
+    out[#out + 1] = 0
+  end
+end
+return out
+`);
+
+/**
+ * EXTEND_MANY calls for the items at `idx` (all in one slot on a Cluster): one call per TTL per
+ * `chunk` leases (the TTLs travel once per call); `order[c]` lists call c's item indices.
+ */
+export function renewalCalls(
+  items: readonly ExtendItem[],
+  idx: readonly number[],
+  extendMany: Script,
+  chunk: number,
+  fenceTtl: (ttlMs: number) => number,
+): { calls: ScriptCall[]; order: number[][] } {
+  const byTtl = new Map<number, number[]>();
+  for (const i of idx) {
+    const ttl = items[i]!.ttlMs;
+    const g = byTtl.get(ttl);
+    if (g) g.push(i);
+    else byTtl.set(ttl, [i]);
+  }
+  const calls: ScriptCall[] = [];
+  const order: number[][] = [];
+  for (const [ttl, group] of byTtl) {
+    for (let i = 0; i < group.length; i += chunk) {
+      const part = group.slice(i, i + chunk);
+      const keys: string[] = new Array(part.length);
+      const args: (string | number)[] = new Array(part.length + 2);
+      args[0] = ttl;
+      args[1] = fenceTtl(ttl);
+      for (let n = 0; n < part.length; n++) {
+        const it = items[part[n]!]!;
+        keys[n] = `{${it.key}}`;
+        args[n + 2] = it.token;
+      }
+      calls.push({ script: extendMany, keys, args });
+      order.push(part);
+    }
+  }
+  return { calls, order };
+}
+
+/** Writes the replies of `renewalCalls`' calls into `out`, item by item; a failed call throws. */
+export function spreadFlags(res: readonly unknown[], order: readonly number[][], out: boolean[]): void {
+  res.forEach((r, c) => {
+    if (r instanceof Error) throw r;
+    const flags = r as unknown[];
+    order[c]!.forEach((j, n) => (out[j] = Number(flags[n]) === 1));
+  });
+}
+
+/** Adapters whose server refused the flagged script (Redis < 7): slow path from then on. */
+const noFastPath = new WeakSet<RedisAdapter>();
+
+/** Token-checked PEXPIRE of `items` on a cluster; one flag per item, in order. */
+export async function clusterExtend(
+  adapter: RedisAdapter,
+  items: readonly ExtendItem[],
+  extendMany: Script,
+  chunk: number,
+  fenceTtl: (ttlMs: number) => number,
+): Promise<boolean[]> {
+  const out: boolean[] = new Array(items.length);
+  let slow: number[] = [];
+  if (adapter.nodeFor && !noFastPath.has(adapter)) {
+    const byNode = new Map<string, { node: RedisAdapter; idx: number[] }>();
+    for (let i = 0; i < items.length; i++) {
+      const at = await adapter.nodeFor(slotOf(`{${items[i]!.key}}`));
+      if (!at) {
+        slow.push(i);
+        continue;
+      }
+      const g = byNode.get(at.id);
+      if (g) g.idx.push(i);
+      else byNode.set(at.id, { node: at.adapter, idx: [i] });
+    }
+    await Promise.all(
+      [...byNode.values()].map(async ({ node, idx }) => {
+        const parts: number[][] = [];
+        for (let i = 0; i < idx.length; i += chunk) parts.push(idx.slice(i, i + chunk));
+        const calls = parts.map((part) => ({
+          script: EXTEND_NODE,
+          keys: [],
+          args: part.flatMap((j) => [
+            `{${items[j]!.key}}`,
+            items[j]!.token,
+            items[j]!.ttlMs,
+            fenceTtl(items[j]!.ttlMs),
+          ]),
+        }));
+        const res = await node.run(calls).catch((e: Error) => calls.map(() => e));
+        res.forEach((r, c) => {
+          if (r instanceof Error || !Array.isArray(r)) {
+            if (r instanceof Error && /flags|shebang|compil/i.test(r.message)) noFastPath.add(adapter);
+            slow.push(...parts[c]!);
+          } else parts[c]!.forEach((j, n) => (out[j] = Number(r[n]) === 1));
+        });
+      }),
+    );
+  } else slow = items.map((_, i) => i);
+  if (slow.length === 0) return out;
+
+  const bySlot = new Map<number, number[]>();
+  for (const i of slow) {
+    const slot = slotOf(`{${items[i]!.key}}`);
+    const g = bySlot.get(slot);
+    if (g) g.push(i);
+    else bySlot.set(slot, [i]);
+  }
+  const calls: ScriptCall[] = [];
+  const order: number[][] = [];
+  for (const idx of bySlot.values()) {
+    const r = renewalCalls(items, idx, extendMany, chunk, fenceTtl);
+    calls.push(...r.calls);
+    order.push(...r.order);
+  }
+  spreadFlags(await adapter.run(calls), order, out);
+  return out;
+}

@@ -1,0 +1,88 @@
+/**
+ * One backend's waits for push wake-ups, by lock key — shared by the Redis and Redlock wake-ups
+ * (each has its own channel and message format; what a wake-up means for a waiter is the same).
+ * A queued attempt counts wake-ups from before it is sent (one may overtake its reply); a refused
+ * waiter then sleeps until a wake-up it has not seen yet, the holder's expiry as the refusal
+ * reported it (a crashed holder publishes nothing), the caller's bound, or its abort.
+ */
+import { after, cancel } from '../../deadlines.js';
+
+/** What a refused waiter needs to wait well. */
+interface Refusal {
+  /** Wake-ups for the key when the refused attempt was sent. */
+  wakes: number;
+  /** When the lock can be free at the earliest, as the refusal reported it (0: unknown). */
+  hintMs: number;
+}
+
+export class KeyedWaits {
+  /** Waiting calls by lock key. */
+  private readonly waiters = new Map<string, Set<() => void>>();
+  /** Per lock key: this backend's refused waiter. */
+  private readonly refusals = new Map<string, Refusal>();
+  /** Wake-ups received per lock key, while one of this backend's calls waits on it. */
+  private readonly wakes = new Map<string, number>();
+
+  /**
+   * Before a queued attempt is sent: counts wake-ups for `key` from now on and returns how many
+   * it has had.
+   */
+  before(key: string): number {
+    const n = this.wakes.get(key);
+    if (n !== undefined) return n;
+    this.wakes.set(key, 0);
+    return 0;
+  }
+
+  refused(key: string, wakes: number, hintMs: number): void {
+    this.refusals.set(key, { wakes, hintMs });
+  }
+
+  /** The waiter on `key` got the lock, gave up, or failed. */
+  forget(key: string): void {
+    this.refusals.delete(key);
+    this.wakes.delete(key);
+  }
+
+  /** Whether one of this backend's calls waits on `key` (a wake-up for it means something). */
+  waiting(key: string): boolean {
+    return this.wakes.has(key);
+  }
+
+  /** A wake-up for `key`: counted, and the calls sleeping on it return. */
+  wake(key: string): void {
+    const n = this.wakes.get(key);
+    if (n === undefined) return; // nobody here waits on it any more
+    this.wakes.set(key, n + 1);
+    const set = this.waiters.get(key);
+    if (set) for (const w of [...set]) w();
+  }
+
+  /** Sleeps as described above; `maxMs` is already the caller's bound (≥ 1). */
+  async wait(key: string, signal: AbortSignal, maxMs: number): Promise<void> {
+    const r = this.refusals.get(key);
+    if (r && (this.wakes.get(key) ?? 0) !== r.wakes) return; // woken while we were trying
+    const bound = Math.max(1, Math.min(maxMs, r && r.hintMs > 0 ? r.hintMs + 2 : maxMs));
+    await new Promise<void>((resolve) => {
+      let set = this.waiters.get(key);
+      if (!set) this.waiters.set(key, (set = new Set()));
+      const mine = set;
+      const done = () => {
+        cancel(timer);
+        mine.delete(done);
+        if (mine.size === 0 && this.waiters.get(key) === mine) this.waiters.delete(key);
+        signal.removeEventListener('abort', done);
+        resolve();
+      };
+      const timer = after(bound, done);
+      mine.add(done);
+      signal.addEventListener('abort', done, { once: true });
+    });
+  }
+
+  /** Every sleeping call returns. */
+  close(): void {
+    for (const set of [...this.waiters.values()]) for (const w of [...set]) w();
+    this.waiters.clear();
+  }
+}

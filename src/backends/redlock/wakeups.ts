@@ -1,0 +1,141 @@
+/**
+ * One-waiter wake-ups for Redlock (issue #16). Each backend subscribes once, on every node, to a
+ * channel of its own (`leasehold:rlwake:<random>`). A queued attempt names that channel in the
+ * key's waiter queue on every node it reaches (scored by this backend's arrival time for the key,
+ * so every node orders the waiters alike), with a place that lapses after `PLACE_MS` unless the
+ * waiter attempts again. A release drops lapsed places and publishes to the head's channel only,
+ * on each node it reaches: one waiting backend hears it (up to once per node), nobody else. The
+ * message is `<release id><key>`; the copies from several nodes carry the same release id, so a
+ * waiter counts one wake-up per release.
+ *
+ * Pub/sub stays a hint: a waiter also wakes at the holder's expiry (as the refusals reported it;
+ * a crashed holder publishes nothing) and at least every `REFRESH_MS`, when it attempts again
+ * (which refreshes its place, and finds a lock freed by a release whose message was lost or went
+ * to a head that died). A dead head so delays the next grant by at most `REFRESH_MS`, and its own
+ * place lapses within `PLACE_MS`.
+ */
+import { randomBytes } from 'node:crypto';
+import { sleep } from '../../wait.js';
+import type { RedisAdapter } from '../redis/client.js';
+import { KeyedWaits } from '../redis/waits.js';
+import { ID_LEN } from './scripts.js';
+
+/** How long a waiter's place outlives its last attempt. */
+export const PLACE_MS = 3000;
+/** The longest a waiter sleeps before it attempts again (which refreshes its place). */
+export const REFRESH_MS = PLACE_MS / 3;
+/** Release ids remembered per key to drop the other nodes' copies of one wake-up. */
+const SEEN = 8;
+
+export class Wakeups {
+  /** This backend's channel: queue entries name it, releases publish to it. */
+  readonly channel = `leasehold:rlwake:${randomBytes(12).toString('hex')}`;
+  private readonly ready: (Promise<boolean> | null)[];
+  private readonly subscribed: boolean[];
+  /** Subscribed on enough nodes that every release reaches one of them. */
+  private live = false;
+  private readonly waits = new KeyedWaits();
+  /** When this backend started waiting on a key (its place's score on every node). */
+  private readonly arrivals = new Map<string, number>();
+  private readonly seen = new Map<string, string[]>();
+  private closed = false;
+  /** Release ids: a random prefix per backend and a counter, ID_LEN hex characters in all. */
+  private readonly idPrefix = randomBytes(ID_LEN / 4).toString('hex');
+  private seq = 0;
+
+  constructor(
+    private readonly adapters: readonly RedisAdapter[],
+    /** Nodes that must be subscribed (N − q + 1: every release reaches a majority). */
+    private readonly need: number,
+    private readonly nodeTimeoutMs: number,
+    private readonly pollMs: number,
+  ) {
+    this.ready = adapters.map(() => null);
+    this.subscribed = adapters.map(() => false);
+  }
+
+  /** A fresh release id (cheaper than random bytes per release; unique per backend and key). */
+  nextId(): string {
+    this.seq = (this.seq + 1) >>> 0;
+    return this.idPrefix + this.seq.toString(16).padStart(ID_LEN / 2, '0');
+  }
+
+  /**
+   * Before a queued attempt is sent: counts wake-ups for `key` from now on (one may overtake the
+   * attempt's replies) and returns how many it has had, and this backend's arrival for the key.
+   */
+  before(key: string): { wakes: number; arrival: number } {
+    let arrival = this.arrivals.get(key);
+    if (arrival === undefined) this.arrivals.set(key, (arrival = Date.now()));
+    return { wakes: this.waits.before(key), arrival };
+  }
+
+  /** A queued attempt was refused; messages carrying `ownId` (its own clean-ups) are no wake-up. */
+  refused(key: string, wakes: number, hintMs: number, ownId: string): void {
+    this.waits.refused(key, wakes, hintMs);
+    this.saw(key, ownId);
+  }
+
+  /** Remembers a release id for `key`; false if it was already seen. */
+  private saw(key: string, id: string): boolean {
+    let seen = this.seen.get(key);
+    if (!seen) this.seen.set(key, (seen = []));
+    if (seen.includes(id)) return false;
+    seen.push(id);
+    if (seen.length > SEEN) seen.shift();
+    return true;
+  }
+
+  /** The waiter on `key` got the lock, gave up, or failed. */
+  forget(key: string): void {
+    this.waits.forget(key);
+    this.arrivals.delete(key);
+    this.seen.delete(key);
+  }
+
+  private onMessage(message: string): void {
+    const id = message.slice(0, ID_LEN);
+    const key = message.slice(ID_LEN);
+    if (!this.waits.waiting(key)) return; // nobody here waits on it any more
+    if (!this.saw(key, id)) return; // another node's copy of the same release, or our own clean-up
+    this.waits.wake(key);
+  }
+
+  /** Subscribes this backend's channel on every node not yet subscribed; true when live. */
+  private async subscribe(): Promise<boolean> {
+    const oks = await Promise.all(
+      this.adapters.map((a, i) => {
+        if (this.subscribed[i]) return true;
+        const p = (this.ready[i] ??= a
+          .subscribe(this.channel, (_, message) => this.onMessage(message))
+          .then(
+            () => (this.subscribed[i] = true),
+            () => {
+              this.ready[i] = null; // the next waiter tries again
+              return false;
+            },
+          ));
+        return Promise.race([p, sleep(this.nodeTimeoutMs).then(() => false)]);
+      }),
+    );
+    this.live = oks.filter(Boolean).length >= this.need;
+    return this.live;
+  }
+
+  async wait(key: string, signal: AbortSignal, maxMs: number): Promise<void> {
+    if (signal.aborted || this.closed) return;
+    maxMs = Math.max(1, Math.min(maxMs, REFRESH_MS));
+    if (!this.live) {
+      // a release before the subscription existed may have been missed: once subscribed, return
+      // at once (the caller attempts again, with push in place); else poll
+      if (await this.subscribe()) return;
+      return sleep(Math.min(maxMs, this.pollMs), signal);
+    }
+    return this.waits.wait(key, signal, maxMs);
+  }
+
+  close(): void {
+    this.closed = true;
+    this.waits.close();
+  }
+}

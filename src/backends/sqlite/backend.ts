@@ -1,0 +1,333 @@
+/**
+ * The SQLite driver: one connection per backend, every write one short `BEGIN IMMEDIATE`
+ * transaction. A database another process is writing is retried asynchronously (SQLite's own
+ * busy handler would block the event loop and starve processes), and waiting is the fair ticket
+ * queue plus the wake-ups of watch.ts.
+ */
+import { createHash } from 'node:crypto';
+import { realpathSync } from 'node:fs';
+import { inspect } from 'node:util';
+import type BetterSqlite3 from 'better-sqlite3';
+import type { AcquireRequest, Backend, ExtendItem, Grant, LockInfo, ResultStore } from '../../backend.js';
+import { BackendError, LeaseholdError } from '../../errors.js';
+import { now as monotonic, sleep } from '../../wait.js';
+import { hostClock, type HostClock } from './clock.js';
+import { migrate, Statements, type InfoRow, type LockRow, type PageRow, type QueueHead } from './schema.js';
+import { announce, joinHub, Poller, type Waiter } from './watch.js';
+
+type Db = BetterSqlite3.Database;
+
+/**
+ * What the backend uses of a better-sqlite3 `Database`, described rather than imported, so the
+ * types of `leasehold/sqlite` load without better-sqlite3's type package.
+ */
+export interface SqliteDatabase {
+  readonly name: string;
+  readonly memory: boolean;
+  readonly open: boolean;
+  readonly readonly: boolean;
+  readonly inTransaction: boolean;
+  prepare(source: string): unknown;
+  pragma(source: string, options?: { simple?: boolean }): unknown;
+  transaction(fn: (...args: any[]) => unknown): unknown;
+  exec(source: string): unknown;
+  close(): unknown;
+}
+
+export interface SqliteConfig {
+  readonly db: SqliteDatabase;
+  /** The backend opened `db` (and closes it). */
+  readonly owned: boolean;
+  readonly pollMs: number;
+  readonly busyMs: number;
+  readonly synchronous: 'normal' | 'full';
+}
+
+/** Rows per page of `list`. */
+const PAGE = 256;
+let anonymous = 0;
+
+/** The token is never stored: only its SHA-256 (the database file is readable by its users). */
+const digestOf = (token: string): string => createHash('sha256').update(token).digest('base64url');
+
+const isBusy = (e: unknown): boolean => {
+  const code = (e as { code?: unknown }).code;
+  return typeof code === 'string' && (code.startsWith('SQLITE_BUSY') || code.startsWith('SQLITE_LOCKED'));
+};
+
+function databaseId(db: Db): string {
+  if (db.memory) return `memory:${++anonymous}`;
+  try {
+    return realpathSync(db.name);
+  } catch {
+    return db.name;
+  }
+}
+
+export class SqliteBackend implements Backend {
+  readonly name = 'sqlite';
+  /** Push only within this process; other processes are seen by data_version polling. */
+  readonly capabilities = { push: false, fair: true, value: true, results: true, session: false } as const;
+  readonly results: ResultStore = {
+    get: (lockKey) =>
+      this.read('result', () => (this.st!.getResult.get(lockKey, Date.now()) as string | undefined) ?? null),
+    put: (lockKey, token, value, ttlMs) =>
+      this.write('result', () => {
+        const row = this.st!.lock.get(lockKey) as LockRow | undefined;
+        if (!row || row.holder !== digestOf(token) || row.expires <= this.clock.now()) return false;
+        const wall = Date.now();
+        this.st!.purgeResults.run(wall);
+        this.st!.putResult.run(lockKey, value, wall + ttlMs);
+        return true;
+      }),
+  };
+  readonly db: SqliteDatabase;
+  private readonly clock: HostClock = hostClock();
+  private readonly id: string;
+  private st: Statements | null = null;
+  private poller: Poller | null = null;
+  private opening: Promise<void> | null = null;
+  private leaveHub: (() => void) | null = null;
+  private readonly tx: <T>(fn: () => T) => T;
+  /** Per key: the holder digest of this backend's refused waiter (one acquire per key at a time). */
+  private readonly refusals = new Map<string, string>();
+  private closed = false;
+
+  constructor(private readonly config: SqliteConfig) {
+    this.db = config.db;
+    const db = config.db as unknown as Db;
+    this.id = databaseId(db);
+    const run = db.transaction((fn: () => unknown) => fn());
+    this.tx = run.immediate as <T>(fn: () => T) => T;
+  }
+
+  /** Opens the database for use: WAL, the tables, the clock check. Every call waits for it. */
+  init(): Promise<void> {
+    this.opening ??= this.open();
+    return this.opening;
+  }
+
+  private async open(): Promise<void> {
+    const db = this.db as unknown as Db;
+    if (!db.memory) {
+      const mode = await this.retry('open', () => db.pragma('journal_mode = WAL', { simple: true }));
+      if (String(mode).toLowerCase() !== 'wal') {
+        throw new BackendError(`sqlite: could not switch ${db.name} to WAL (journal_mode is ${String(mode)})`);
+      }
+    }
+    // the clock check is a rare write that must survive a power loss: one synced commit
+    db.pragma('synchronous = FULL');
+    await this.retry('open', () => this.tx(() => migrate(db, this.clock)));
+    if (this.config.synchronous === 'normal' && this.clock.monotonic) db.pragma('synchronous = NORMAL');
+    this.st = new Statements(db);
+    this.poller = new Poller(this.st, this.clock, this.config.pollMs);
+    this.leaveHub = joinHub(this.id, (key) => this.poller?.changed(key));
+  }
+
+  async acquire(key: string, req: AcquireRequest): Promise<Grant | null> {
+    const me = digestOf(req.token);
+    const fence = await this.write('acquire', () => {
+      const st = this.st!;
+      const now = this.clock.now();
+      const row = st.lock.get(key) as LockRow | undefined;
+      if (!row || row.holder === null || row.expires <= now) {
+        const head = this.liveHead(key, now);
+        if (head === null || head.holder === me) {
+          if (head) st.dropTicket.run(head.ticket);
+          return st.grant.get(key, me, now + req.ttlMs, req.value ?? null) as bigint;
+        }
+      }
+      if (req.queue) st.enqueue.run(key, me, now + req.ttlMs);
+      return null;
+    });
+    if (fence === null) {
+      if (req.queue) this.refusals.set(key, me);
+      return null;
+    }
+    if (this.refusals.get(key) === me) this.refusals.delete(key);
+    announce(this.id, key);
+    return { fence };
+  }
+
+  /** The first waiter whose place has not run out (expired places at the front are dropped). */
+  private liveHead(key: string, now: number): QueueHead | null {
+    for (let i = 0; i < 64; i++) {
+      const head = this.st!.head.get(key) as QueueHead | undefined;
+      if (!head) return null;
+      if (head.expires > now) return head;
+      this.st!.dropTicket.run(head.ticket);
+    }
+    return (this.st!.head.get(key) as QueueHead | undefined) ?? null;
+  }
+
+  async extend(items: readonly ExtendItem[]): Promise<boolean[]> {
+    if (items.length === 0) return [];
+    return this.write('extend', () => {
+      const now = this.clock.now();
+      return items.map(
+        ({ key, token, ttlMs }) => this.st!.extend.run(now + ttlMs, key, digestOf(token), now).changes === 1,
+      );
+    });
+  }
+
+  async release(key: string, token: string): Promise<boolean> {
+    const ok = await this.write(
+      'release',
+      () => this.st!.release.run(key, digestOf(token), this.clock.now()).changes === 1,
+    );
+    if (ok) announce(this.id, key);
+    return ok;
+  }
+
+  async leave(key: string, token: string): Promise<void> {
+    const me = digestOf(token);
+    if (this.refusals.get(key) === me) this.refusals.delete(key);
+    const left = await this.write('leave', () => this.st!.leave.run(key, me).changes === 1);
+    if (left) announce(this.id, key);
+  }
+
+  async waitForChange(key: string, signal: AbortSignal, maxMs: number): Promise<void> {
+    if (signal.aborted || this.closed) return;
+    await this.init();
+    const poller = this.poller;
+    if (!poller || this.closed) return;
+    const me = this.refusals.get(key) ?? null;
+    let seen;
+    try {
+      seen = poller.look(key, me);
+    } catch {
+      return sleep(Math.min(maxMs, this.config.pollMs), signal); // the next attempt reports the error
+    }
+    if (seen.wake) return;
+    // an expiry commits nothing: wake at the holder's expiry at the latest
+    const bound = seen.until === null ? maxMs : Math.min(maxMs, Math.max(1, seen.until - this.clock.now() + 1));
+    await new Promise<void>((resolve) => {
+      const done = () => {
+        clearTimeout(timer);
+        poller.remove(w);
+        signal.removeEventListener('abort', done);
+        resolve();
+      };
+      const w: Waiter = { key, me, interval: seen.interval, wake: done };
+      const timer = setTimeout(done, bound);
+      signal.addEventListener('abort', done, { once: true });
+      poller.add(w);
+    });
+  }
+
+  async inspect(key: string): Promise<LockInfo | null> {
+    const row = await this.read('inspect', () => this.st!.inspect.get(key, this.clock.now()) as InfoRow | undefined);
+    return row ? this.info(key, row) : null;
+  }
+
+  async *list(prefix: string): AsyncIterable<LockInfo> {
+    let after: string | null = null;
+    for (;;) {
+      const from: string | null = after;
+      const rows: PageRow[] = await this.read('list', (): PageRow[] => {
+        const now = this.clock.now();
+        const st = this.st!;
+        return (from === null ? st.pageFrom.all(now, prefix, PAGE) : st.pageAfter.all(now, from, PAGE)) as PageRow[];
+      });
+      for (const r of rows) {
+        if (!r.key.startsWith(prefix)) return;
+        if (Number(r.live) === 1) yield this.info(r.key, r);
+      }
+      if (rows.length < PAGE) return;
+      after = rows[rows.length - 1]!.key;
+    }
+  }
+
+  async watch(key: string, onChange: () => void): Promise<() => void> {
+    await this.init();
+    this.assertOpen();
+    return this.poller!.watch(key, onChange);
+  }
+
+  /** Administrative break: frees `key` whoever holds it; resolves what it broke (null: nothing held). */
+  async forceRelease(key: string): Promise<LockInfo | null> {
+    const row = await this.write('forceRelease', () => {
+      const now = this.clock.now();
+      const held = this.st!.inspect.get(key, now) as InfoRow | undefined;
+      if (held) this.st!.breakLock.run(key, now);
+      return held;
+    });
+    if (!row) return null;
+    announce(this.id, key);
+    return this.info(key, row);
+  }
+
+  /** The file and state only: never the connection or the waiters' digests. */
+  [inspect.custom](): string {
+    return `SqliteBackend { file: ${JSON.stringify(this.db.name)}${this.closed ? ', closed' : ''} }`;
+  }
+  toJSON(): { name: string; file: string } {
+    return { name: this.name, file: this.db.name };
+  }
+
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    await this.opening?.catch(() => {});
+    this.leaveHub?.();
+    this.poller?.stop();
+    if (this.config.owned && this.db.open) this.db.close();
+  }
+
+  private info(key: string, row: InfoRow): LockInfo {
+    const info: LockInfo = {
+      key,
+      fence: BigInt(row.fence),
+      remainingMs: Math.max(0, Number(row.expires) - this.clock.now()),
+    };
+    return row.value === null || row.value === undefined ? info : { ...info, value: String(row.value) };
+  }
+
+  private assertOpen(): void {
+    if (this.closed) throw new LeaseholdError('LEASEHOLD_CLOSED', 'this sqlite backend is closed');
+  }
+
+  /** One write transaction (BEGIN IMMEDIATE … COMMIT), retried while another process writes. */
+  private async write<T>(op: string, fn: () => T): Promise<T> {
+    if (!this.st) await this.init();
+    return this.retry(op, () => {
+      if (this.db.inTransaction) {
+        throw new BackendError(`sqlite: ${op}: the connection is inside a transaction of its own`);
+      }
+      return this.tx(fn);
+    });
+  }
+
+  private async read<T>(op: string, fn: () => T): Promise<T> {
+    if (!this.st) await this.init();
+    return this.retry(op, fn);
+  }
+
+  /**
+   * Runs `attempt` (synchronous, short) until it does not meet a locked database, pausing
+   * asynchronously in between — never in SQLite's busy handler, which would block the event
+   * loop — for at most `busyMs`.
+   */
+  private async retry<T>(op: string, attempt: () => T): Promise<T> {
+    let started = 0;
+    for (let n = 0; ; n++) {
+      this.assertOpen();
+      try {
+        return attempt();
+      } catch (e) {
+        if (e instanceof LeaseholdError) throw e;
+        if (!isBusy(e)) throw new BackendError(`sqlite: ${op} failed: ${(e as Error).message}`, { cause: e });
+        const t = monotonic();
+        if (n === 0) started = t;
+        else if (t - started >= this.config.busyMs) {
+          throw new BackendError(
+            `sqlite: ${op}: the database stayed locked for ${this.config.busyMs}ms (another process keeps a write transaction open)`,
+            { cause: e },
+          );
+        }
+        if (n < 3) await new Promise((r) => setImmediate(r));
+        else await sleep(1 + Math.random() * Math.min(20, 2 ** (n - 3)));
+      }
+    }
+  }
+}

@@ -1,0 +1,38 @@
+/**
+ * The one clock every process on the host reads for lease expiry. On Linux that is
+ * CLOCK_MONOTONIC (`process.hrtime`), shared by all processes of the machine and immune to wall
+ * clock steps (NTP, an operator's `date -s`); it restarts at boot, so it comes with the kernel's
+ * boot id, and a database last used under another boot id is known to hold only dead leases.
+ * Elsewhere it is the wall clock, which continues across reboots.
+ */
+import { readFileSync } from 'node:fs';
+
+export interface HostClock {
+  /** `mono:<boot id>` or `wall`: what the stored expiries are measured in. */
+  readonly id: string;
+  /** Whether a change of `id` means a reboot (every holder died; unsynced commits may be lost). */
+  readonly monotonic: boolean;
+  /** Milliseconds (an integer) on this clock. */
+  now(): number;
+}
+
+function bootId(): string | null {
+  if (process.platform !== 'linux') return null;
+  try {
+    const id = readFileSync('/proc/sys/kernel/random/boot_id', 'utf8').trim();
+    return /^[0-9a-f-]{16,64}$/i.test(id) ? id : null;
+  } catch {
+    return null;
+  }
+}
+
+let cached: HostClock | undefined;
+
+export function hostClock(): HostClock {
+  if (cached) return cached;
+  const boot = bootId();
+  cached = boot
+    ? { id: `mono:${boot}`, monotonic: true, now: () => Number(process.hrtime.bigint() / 1_000_000n) }
+    : { id: 'wall', monotonic: false, now: () => Date.now() };
+  return cached;
+}

@@ -1,0 +1,271 @@
+/**
+ * The ZooKeeper driver: the mutex recipe (mutex.ts) on one session (client.ts), plus what the
+ * contract offers beside it — holder values, a result store, watch, list, inspect, forceRelease
+ * — and the session's loss reported to the engine (`onLost`).
+ */
+import { inspect } from 'node:util';
+import type { AcquireRequest, Backend, ExtendItem, Grant, LockInfo, LostCallback, ResultStore } from '../../backend.js';
+import { BackendError, ClosedError, InvalidArgumentError } from '../../errors.js';
+import { NO_NODE, NODE_EXISTS, PERSISTENT, publish, zkCode, type SessionState, type ZkSession } from './client.js';
+import { Mutex, type Mine } from './mutex.js';
+import { decodeKey, Paths } from './paths.js';
+
+export interface ZookeeperConfig {
+  readonly session: ZkSession;
+  /** The backend made the client (fromUrl) and closes it. */
+  readonly owned: boolean;
+  readonly root: string;
+  /** SUSPENDED (connection lost, session maybe alive) counts as lost. */
+  readonly suspendedIsLost: boolean;
+}
+
+interface ResultRecord {
+  r: string;
+  ms: number;
+}
+
+export class ZookeeperBackend implements Backend {
+  readonly name = 'zookeeper';
+  readonly capabilities = { push: true, fair: true, value: true, results: true, session: true } as const;
+  readonly results: ResultStore = {
+    get: (lockKey) => this.getResult(lockKey),
+    put: (lockKey, token, value, ttlMs) => this.putResult(lockKey, token, value, ttlMs),
+  };
+  private readonly zk: ZkSession;
+  private readonly paths: Paths;
+  private readonly mutex: Mutex;
+  private readonly lost = new Set<LostCallback>();
+  /** Nodes of leases reported lost while the session may still live: deleted once it is back. */
+  private condemned: Mine[] = [];
+  private resultsDir: Promise<void> | null = null;
+  private closed = false;
+  /** Removes the nodes of creates whose reply was lost (mutex.sweep), while there are any. */
+  private readonly sweeper: NodeJS.Timeout;
+
+  constructor(private readonly config: ZookeeperConfig) {
+    this.zk = config.session;
+    this.paths = new Paths(config.root);
+    this.mutex = new Mutex(this.zk, this.paths);
+    this.zk.onState((state, session) => this.onState(state, session));
+    this.sweeper = setInterval(() => this.sweep(), 1000);
+    this.sweeper.unref();
+  }
+
+  private sweep(): void {
+    if (!this.closed && this.mutex.hasSuspects && this.zk.usable) void this.mutex.sweep().catch(() => {});
+  }
+
+  private onState(state: SessionState, session: string): void {
+    if (state === 'LOST') {
+      this.mutex.forgetWatches();
+      this.loseAll((m) => m.session === session || m.session !== this.zk.session, 'the ZooKeeper session was lost');
+    } else if (state === 'SUSPENDED' && this.config.suspendedIsLost) {
+      this.loseAll((m) => m.session === session, 'the ZooKeeper connection was suspended (suspendedIsLost)');
+    } else if (state === 'RECONNECTED') {
+      this.sweep();
+      // the same session came back: what we reported lost meanwhile is deleted now
+      const doomed = this.condemned.filter((m) => m.session === session);
+      this.condemned = [];
+      for (const m of doomed) void this.mutex.drop(m).catch(() => {});
+    } else if (state === 'CONNECTED') {
+      this.condemned = [];
+    }
+  }
+
+  private loseAll(which: (m: Mine) => boolean, reason: string): void {
+    const cause = new BackendError(`zookeeper: ${reason}`);
+    for (const m of [...this.mutex.nodes.values()]) {
+      if (!which(m)) continue;
+      this.mutex.nodes.delete(m.token);
+      if (m.expiry) clearTimeout(m.expiry);
+      this.condemned.push(m);
+      if (!m.held) continue;
+      m.held = false;
+      for (const cb of [...this.lost]) cb(m.key, m.token, cause);
+    }
+  }
+
+  private assertOpen(): void {
+    if (this.closed) throw new ClosedError('zookeeper: backend closed');
+  }
+
+  async acquire(key: string, req: AcquireRequest): Promise<Grant | null> {
+    this.assertOpen();
+    const session = this.zk.sessionTimeoutMs;
+    if (req.ttlMs > session) {
+      // the server may expire the session (and grant the lock to another) before a longer lease
+      // runs out on the holder's clock: a lease never claims more than its session guarantees
+      throw new InvalidArgumentError(
+        `zookeeper: ttl ${req.ttlMs}ms exceeds the session timeout (${session}ms); use a ttl of at most the session timeout, or a longer sessionTimeout`,
+      );
+    }
+    const fence = await this.mutex.acquire(key, req.token, req.ttlMs, req.queue === true, req.value);
+    if (fence === null) return null;
+    if (this.closed) {
+      await this.mutex.release(key, req.token).catch(() => false);
+      throw new ClosedError('zookeeper: backend closed');
+    }
+    return { fence };
+  }
+
+  extend(items: readonly ExtendItem[]): Promise<boolean[]> {
+    // every probe in the same tick: pipelined on the one connection
+    return Promise.all(items.map((i) => this.mutex.extend(i.key, i.token, i.ttlMs)));
+  }
+
+  release(key: string, token: string): Promise<boolean> {
+    return this.mutex.release(key, token);
+  }
+
+  leave(key: string, token: string): Promise<void> {
+    return this.mutex.leave(key, token);
+  }
+
+  waitForChange(key: string, signal: AbortSignal, maxMs: number): Promise<void> {
+    if (this.closed) return Promise.resolve();
+    return this.mutex.waitForChange(key, signal, maxMs);
+  }
+
+  inspect(key: string): Promise<LockInfo | null> {
+    this.assertOpen();
+    return this.mutex.inspect(key);
+  }
+
+  forceRelease(key: string): Promise<LockInfo | null> {
+    this.assertOpen();
+    return this.mutex.forceRelease(key);
+  }
+
+  async *list(prefix: string): AsyncIterable<LockInfo> {
+    this.assertOpen();
+    let names: string[];
+    try {
+      names = (await this.zk.getChildren(this.paths.locks)).children;
+    } catch (e) {
+      if (zkCode(e) === NO_NODE) return;
+      throw e;
+    }
+    for (const name of names.sort()) {
+      const key = decodeKey(name);
+      if (key === null || !key.startsWith(prefix)) continue;
+      const info = await this.mutex.inspect(key);
+      if (info) yield info;
+    }
+  }
+
+  /** Calls `onChange` on every change of the key's contenders (a children watch, re-armed). */
+  async watch(key: string, onChange: () => void): Promise<() => void> {
+    this.assertOpen();
+    const dir = this.paths.dir(key);
+    let live = true;
+    const arm = async (): Promise<void> => {
+      const fired = () => {
+        if (!live) return;
+        publish({ backend: 'zookeeper', type: 'watch', watch: 'children', key });
+        onChange();
+        arm().catch(() => {
+          if (live) setTimeout(() => void arm().catch(() => {}), 100).unref();
+        });
+      };
+      try {
+        await this.zk.getChildren(dir, fired);
+      } catch (e) {
+        if (zkCode(e) !== NO_NODE) throw e;
+        // no directory yet: an existence watch fires when it is created
+        const stat = await this.zk.exists(dir, fired);
+        if (stat) await this.zk.getChildren(dir).catch(() => {}); // created between the two calls: fired covers it
+      }
+    };
+    await arm();
+    return () => {
+      live = false;
+    };
+  }
+
+  private ensureResultsDir(): Promise<void> {
+    this.resultsDir ??= this.zk.mkdirp(this.paths.results).catch((e: unknown) => {
+      this.resultsDir = null;
+      throw e;
+    });
+    return this.resultsDir;
+  }
+
+  private async getResult(lockKey: string): Promise<string | null> {
+    const path = this.paths.result(lockKey);
+    try {
+      const { data, stat } = await this.zk.getData(path);
+      const rec = JSON.parse(data?.toString('utf8') ?? 'null') as ResultRecord | null;
+      if (rec && typeof rec.r === 'string' && stat.mtime + rec.ms > Date.now()) return rec.r;
+      await this.zk.remove(path, stat.version).catch(() => {}); // expired: removed, versioned
+      return null;
+    } catch (e) {
+      if (zkCode(e) === NO_NODE) return null;
+      throw e;
+    }
+  }
+
+  private async putResult(lockKey: string, token: string, value: string, ttlMs: number): Promise<boolean> {
+    const m = this.mutex.nodes.get(token);
+    if (!m || m.key !== lockKey || !m.held) return false;
+    await this.ensureResultsDir();
+    const path = this.paths.result(lockKey);
+    const data = Buffer.from(JSON.stringify({ r: value, ms: ttlMs } satisfies ResultRecord), 'utf8');
+    try {
+      // stored only while our node still holds the lock
+      await this.zk.multi([
+        { op: 'check', path: m.path },
+        { op: 'create', path, data, mode: PERSISTENT },
+      ]);
+      return true;
+    } catch (e) {
+      if (zkCode(e) !== NODE_EXISTS) {
+        if (zkCode(e) === NO_NODE) return false;
+        throw e;
+      }
+    }
+    try {
+      await this.zk.multi([
+        { op: 'check', path: m.path },
+        { op: 'setData', path, data, version: -1 },
+      ]);
+      return true;
+    } catch (e) {
+      if (zkCode(e) === NO_NODE) return false;
+      throw e;
+    }
+  }
+
+  onLost(cb: LostCallback): void {
+    this.lost.add(cb);
+  }
+
+  /** The current ZooKeeper session id (hex; '' before the first connection). */
+  get sessionId(): string {
+    return this.zk.session;
+  }
+
+  /** The session state (Curator's names): CONNECTED, SUSPENDED, RECONNECTED, LOST. */
+  get sessionState(): SessionState | null {
+    return this.zk.state;
+  }
+
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    clearInterval(this.sweeper);
+    // waiters' places go now; held locks were released by the engine (detached ones stay)
+    const waiting = [...this.mutex.nodes.values()].filter((m) => !m.held);
+    await Promise.allSettled(waiting.map((m) => this.mutex.drop(m)));
+    if (this.zk.usable) await this.mutex.flushCleanups();
+    this.mutex.forgetWatches();
+    await this.zk.close(this.config.owned);
+    this.lost.clear();
+  }
+
+  [inspect.custom](): string {
+    return `ZookeeperBackend { root: '${this.config.root}', session: ${this.zk.state ?? 'CONNECTING'}${this.closed ? ', closed' : ''} }`;
+  }
+  toJSON(): { name: string; root: string } {
+    return { name: this.name, root: this.config.root };
+  }
+}

@@ -1,0 +1,438 @@
+/**
+ * A small promise adapter over node-zookeeper-client, with session states the way Curator has
+ * them: CONNECTED, SUSPENDED (the connection dropped; the session may live on), RECONNECTED
+ * (the same session is back), LOST (the server expired the session, or SUSPENDED lasted longer
+ * than the session timeout: this client never hears of an expiry while it cannot reach a
+ * server, so the adapter times it). Everything the backend needs from a client goes through
+ * `ZkSession`, so a second client package could be adapted later.
+ */
+import { channel } from 'node:diagnostics_channel';
+import { inspect } from 'node:util';
+import { BackendError, InvalidArgumentError } from '../../errors.js';
+import { scrubError } from '../../scrub.js';
+
+/** The node-zookeeper-client methods leasehold calls (structural: no import of the package). */
+export interface ZookeeperClientLike {
+  create(...args: never[]): unknown;
+  remove(...args: never[]): unknown;
+  getData(...args: never[]): unknown;
+  getChildren(...args: never[]): unknown;
+  exists(...args: never[]): unknown;
+  transaction(...args: never[]): unknown;
+  getState(...args: never[]): unknown;
+  getSessionId(...args: never[]): unknown;
+  getSessionTimeout(...args: never[]): unknown;
+  on(...args: never[]): unknown;
+}
+
+/** Curator's connection states. */
+export type SessionState = 'CONNECTED' | 'SUSPENDED' | 'RECONNECTED' | 'LOST';
+
+/** `leasehold:zookeeper` messages: session states, and each watch event the backend receives. */
+export interface ZookeeperEvent {
+  backend: 'zookeeper';
+  /** A session state change, or 'watch' (a watch fired: predecessor, window, children). */
+  type: SessionState | 'watch';
+  /** The session (hex), for session states. */
+  session?: string;
+  /** For 'watch': what was watched and which lock. */
+  watch?: 'predecessor' | 'children' | 'window';
+  key?: string;
+}
+
+export const zkChannel = channel('leasehold:zookeeper');
+export const publish = (m: ZookeeperEvent): void => {
+  if (zkChannel.hasSubscribers) zkChannel.publish(m);
+};
+
+// ZooKeeper's error codes and create modes (stable across versions)
+export const NO_NODE = -101;
+export const BAD_VERSION = -103;
+export const NODE_EXISTS = -110;
+export const NOT_EMPTY = -111;
+export const SESSION_EXPIRED = -112;
+export const CONNECTION_LOSS = -4;
+export const OPERATION_TIMEOUT = -7;
+export const PERSISTENT = 0;
+export const EPHEMERAL = 1;
+export const EPHEMERAL_SEQUENTIAL = 3;
+
+export interface ZkStat {
+  czxid: bigint;
+  mtime: number;
+  version: number;
+  numChildren: number;
+  ephemeralOwner: bigint;
+}
+
+export type Op =
+  | { op: 'create'; path: string; data: Buffer | null; mode: number }
+  | { op: 'setData'; path: string; data: Buffer; version: number }
+  | { op: 'check'; path: string; version?: number }
+  | { op: 'remove'; path: string; version?: number };
+
+/** The ZooKeeper error code of `e` (0 when it has none). */
+export const codeOf = (e: unknown): number => {
+  const c = (e as { code?: unknown } | null)?.code;
+  if (typeof c === 'number') return c;
+  const inner = (e as { cause?: unknown } | null)?.cause;
+  return inner && inner !== e ? codeOf(inner) : 0;
+};
+
+/** A client error as a BackendError whose message names the operation (never data or tokens). */
+export function zkError(e: unknown, op: string): Error {
+  if (e instanceof BackendError || e instanceof InvalidArgumentError) return e;
+  const cause = scrubError(e);
+  const err = new BackendError(`zookeeper: ${op}: ${cause.message}`, { cause });
+  (err as unknown as { zkCode: number }).zkCode = codeOf(e);
+  return err;
+}
+
+/** The ZooKeeper code of an error from the session (kept beside the LeaseholdError code). */
+export const zkCode = (e: unknown): number => (e as { zkCode?: number } | null)?.zkCode ?? codeOf(e);
+
+const long = (b: unknown): bigint => {
+  if (Buffer.isBuffer(b)) return b.length === 8 ? b.readBigInt64BE(0) : 0n;
+  return typeof b === 'number' ? BigInt(b) : 0n;
+};
+
+const statOf = (s: any): ZkStat => ({
+  czxid: long(s?.czxid),
+  mtime: Number(long(s?.mtime)),
+  version: Number(s?.version ?? 0),
+  numChildren: Number(s?.numChildren ?? 0),
+  ephemeralOwner: long(s?.ephemeralOwner),
+});
+
+export function isZookeeperClient(c: unknown): c is ZookeeperClientLike {
+  const x = c as Record<string, unknown> | null;
+  return (
+    !!x &&
+    typeof x === 'object' &&
+    ['create', 'remove', 'getData', 'getChildren', 'exists', 'transaction', 'getState', 'on'].every(
+      (m) => typeof x[m] === 'function',
+    )
+  );
+}
+
+type Listener = (state: SessionState, session: string) => void;
+
+const FRESH_BUFFER = Symbol('leasehold: fresh buffer per connection');
+
+/**
+ * One ZooKeeper session as the backend sees it. With a `factory` (a client leasehold made
+ * itself, as fromUrl does) a LOST session is replaced by a new client; with a user's client it
+ * stays LOST (every call then fails) until the user makes a new backend.
+ */
+export class ZkSession {
+  private client: any;
+  private current: SessionState | null = null;
+  private sessionHex = '';
+  private lostTimer: NodeJS.Timeout | null = null;
+  private readonly listeners = new Set<Listener>();
+  private waiters: Array<{ resolve: () => void; reject: (e: unknown) => void }> = [];
+  private closed = false;
+  /** The session timeout to assume before the server negotiated one. */
+  private readonly requestedTimeoutMs: number;
+  /** When the server last sent us anything (monotonic ms), and the socket we listen on. */
+  private lastHeard = 0;
+  private heardOn: unknown = null;
+  private readonly watchdog: NodeJS.Timeout;
+
+  constructor(
+    client: ZookeeperClientLike,
+    private readonly factory: (() => ZookeeperClientLike) | null,
+    requestedTimeoutMs: number,
+  ) {
+    this.requestedTimeoutMs = requestedTimeoutMs;
+    this.attach(client);
+    // node-zookeeper-client has no read timeout: a frozen or black-holed server would keep us
+    // CONNECTED forever. As the Java client does, a connection silent for 2/3 of the session
+    // timeout (pings go out every 1/3) is dropped, so the client fails over or reports SUSPENDED.
+    this.watchdog = setInterval(() => this.checkHeard(), Math.max(50, Math.floor(requestedTimeoutMs / 6)));
+    this.watchdog.unref();
+  }
+
+  private hookSocket(): void {
+    const sock = this.client?.connectionManager?.socket;
+    if (!sock || sock === this.heardOn || typeof sock.on !== 'function') return;
+    this.heardOn = sock;
+    this.lastHeard = performance.now();
+    sock.on('data', () => {
+      if (this.heardOn === sock) this.lastHeard = performance.now();
+    });
+  }
+
+  private checkHeard(): void {
+    if (this.closed || (this.current !== 'CONNECTED' && this.current !== 'RECONNECTED')) return;
+    this.hookSocket();
+    const sock = this.heardOn as { destroy?: () => void } | null;
+    if (sock && performance.now() - this.lastHeard > (this.sessionTimeoutMs * 2) / 3) {
+      this.heardOn = null;
+      try {
+        sock.destroy?.(); // the client sees the close, reports DISCONNECTED and reconnects
+      } catch {
+        /* already closed */
+      }
+    }
+  }
+
+  get state(): SessionState | null {
+    return this.current;
+  }
+  /** The current session's id in hex ('' before the first connection). */
+  get session(): string {
+    return this.sessionHex;
+  }
+  get sessionTimeoutMs(): number {
+    const t = Number(this.client?.getSessionTimeout?.());
+    return Number.isFinite(t) && t > 0 ? t : this.requestedTimeoutMs;
+  }
+  get usable(): boolean {
+    return !this.closed && this.current !== 'LOST';
+  }
+
+  onState(fn: Listener): () => void {
+    this.listeners.add(fn);
+    return () => this.listeners.delete(fn);
+  }
+
+  private attach(client: ZookeeperClientLike): void {
+    const c = client as any;
+    this.client = c;
+    // node-zookeeper-client keeps the unparsed tail of a packet across connections: the first
+    // reply on a new socket is then parsed after stale bytes ("Unknown code", thrown from its
+    // socket handler, which ends the process). Each new connection starts with an empty buffer.
+    const cm = c.connectionManager;
+    if (cm && typeof cm.connect === 'function' && !cm[FRESH_BUFFER]) {
+      const connect = cm.connect;
+      cm.connect = function (this: { pendingBuffer: unknown }, ...args: unknown[]) {
+        this.pendingBuffer = null;
+        return connect.apply(this, args);
+      };
+      cm[FRESH_BUFFER] = true;
+    }
+    c.on('state', (s: { name?: string; getName?: () => string }) => {
+      if (this.client !== c || this.closed) return;
+      const name = String(s?.name ?? s?.getName?.() ?? s);
+      if (name === 'SYNC_CONNECTED' || name === 'CONNECTED_READ_ONLY') this.connected();
+      else if (name === 'DISCONNECTED') this.suspended();
+      else if (name === 'EXPIRED' || name === 'AUTH_FAILED') this.lost();
+    });
+    const st = c.getState?.();
+    if (st && String(st.name ?? st) === 'SYNC_CONNECTED') this.connected();
+  }
+
+  private readSession(): string {
+    try {
+      const id = this.client.getSessionId();
+      return Buffer.isBuffer(id) ? id.toString('hex') : String(id ?? '');
+    } catch {
+      return '';
+    }
+  }
+
+  private set(state: SessionState): void {
+    this.current = state;
+    publish({ backend: 'zookeeper', type: state, session: this.sessionHex });
+    for (const fn of [...this.listeners]) fn(state, this.sessionHex);
+  }
+
+  private connected(): void {
+    if (this.lostTimer) clearTimeout(this.lostTimer);
+    this.lostTimer = null;
+    this.hookSocket();
+    const id = this.readSession();
+    const same = id !== '' && id === this.sessionHex;
+    const was = this.current;
+    this.sessionHex = id;
+    // the same session back after SUSPENDED (or after a LOST the adapter declared by its timer)
+    if (same && (was === 'SUSPENDED' || was === 'LOST')) this.set('RECONNECTED');
+    else if (!same || was === null) this.set('CONNECTED');
+    const w = this.waiters;
+    this.waiters = [];
+    for (const x of w) x.resolve();
+  }
+
+  private suspended(): void {
+    if (this.current !== 'CONNECTED' && this.current !== 'RECONNECTED') return;
+    this.set('SUSPENDED');
+    // the client hears nothing of an expiry while it cannot reach a server: time it here
+    const ms = this.sessionTimeoutMs;
+    this.lostTimer = setTimeout(() => {
+      this.lostTimer = null;
+      if (this.current === 'SUSPENDED') this.lost();
+    }, ms);
+    this.lostTimer.unref();
+  }
+
+  private lost(): void {
+    if (this.lostTimer) clearTimeout(this.lostTimer);
+    this.lostTimer = null;
+    const expired = this.client?.getState?.()?.name === 'EXPIRED';
+    if (this.current !== 'LOST') this.set('LOST');
+    if (this.closed) return;
+    if (expired || this.client?.getState?.()?.name === 'AUTH_FAILED') {
+      const w = this.waiters;
+      this.waiters = [];
+      const e = zkError(Object.assign(new Error('session expired'), { code: SESSION_EXPIRED }), 'session');
+      for (const x of w) x.reject(e);
+      if (this.factory) {
+        // a client of our own: a new session replaces the expired one
+        try {
+          this.client.close();
+        } catch {
+          /* already closed */
+        }
+        const next = this.factory();
+        this.attach(next);
+        (next as any).connect();
+      }
+    }
+  }
+
+  /** Resolves once connected (at once if connected); rejects when the session is gone or closed. */
+  whenConnected(): Promise<void> {
+    if (this.closed) return Promise.reject(zkError(new Error('closed'), 'session'));
+    if (this.current === 'CONNECTED' || this.current === 'RECONNECTED') return Promise.resolve();
+    return new Promise((resolve, reject) => this.waiters.push({ resolve, reject }));
+  }
+
+  private call<T>(
+    op: string,
+    fn: (cb: (e: unknown, ...r: any[]) => void) => void,
+    map: (...r: any[]) => T,
+  ): Promise<T> {
+    return new Promise<T>((resolve, reject) => {
+      try {
+        fn((e, ...r) => (e ? reject(zkError(e, op)) : resolve(map(...r))));
+      } catch (e) {
+        reject(zkError(e, op));
+      }
+    });
+  }
+
+  create(path: string, data: Buffer | null, mode: number): Promise<string> {
+    return this.call(
+      'create',
+      (cb) => this.client.create(path, data ?? undefined, mode, cb),
+      (p: string) => p,
+    );
+  }
+  remove(path: string, version = -1): Promise<void> {
+    return this.call(
+      'remove',
+      (cb) => this.client.remove(path, version, cb),
+      () => undefined,
+    );
+  }
+  /**
+   * A read, retried after a reconnect when the connection was lost under it (a read has no
+   * effect to lose; the engine bounds the whole call): a blip does not fail an acquire.
+   */
+  private async read<T>(
+    op: string,
+    fn: (cb: (e: unknown, ...r: any[]) => void) => void,
+    map: (...r: any[]) => T,
+  ): Promise<T> {
+    for (let i = 0; ; i++) {
+      try {
+        return await this.call(op, fn, map);
+      } catch (e) {
+        if (zkCode(e) !== CONNECTION_LOSS || i >= 3 || this.closed) throw e;
+        await this.whenConnected().catch(() => Promise.reject(e));
+      }
+    }
+  }
+  getData(path: string, watcher?: () => void): Promise<{ data: Buffer | null; stat: ZkStat }> {
+    return this.read(
+      'getData',
+      (cb) => (watcher ? this.client.getData(path, watcher, cb) : this.client.getData(path, cb)),
+      (data: Buffer | null, stat: unknown) => ({ data: data ?? null, stat: statOf(stat) }),
+    );
+  }
+  getChildren(path: string, watcher?: () => void): Promise<{ children: string[]; stat: ZkStat }> {
+    return this.read(
+      'getChildren',
+      (cb) => (watcher ? this.client.getChildren(path, watcher, cb) : this.client.getChildren(path, cb)),
+      (children: string[], stat: unknown) => ({ children: children ?? [], stat: statOf(stat) }),
+    );
+  }
+  exists(path: string, watcher?: () => void): Promise<ZkStat | null> {
+    return this.read(
+      'exists',
+      (cb) => (watcher ? this.client.exists(path, watcher, cb) : this.client.exists(path, cb)),
+      (stat: unknown) => (stat ? statOf(stat) : null),
+    );
+  }
+  /** One atomic multi; rejects with the first failing op's code. */
+  multi(ops: readonly Op[]): Promise<void> {
+    return this.call(
+      'multi',
+      (cb) => {
+        const t = this.client.transaction();
+        for (const o of ops) {
+          if (o.op === 'create') t.create(o.path, o.data ?? undefined, o.mode);
+          else if (o.op === 'setData') t.setData(o.path, o.data, o.version);
+          else if (o.op === 'check') t.check(o.path, o.version ?? -1);
+          else t.remove(o.path, o.version ?? -1);
+        }
+        t.commit(cb);
+      },
+      () => undefined,
+    );
+  }
+
+  /** Creates `path` and its missing parents as persistent nodes (NODE_EXISTS is fine). */
+  async mkdirp(path: string): Promise<void> {
+    const parts = path.split('/').filter(Boolean);
+    let at = '';
+    for (const p of parts) {
+      at += `/${p}`;
+      try {
+        await this.create(at, null, PERSISTENT);
+      } catch (e) {
+        if (zkCode(e) !== NODE_EXISTS) throw e;
+      }
+    }
+  }
+
+  /**
+   * Ends this session (our own client: resolves once the server closed it, at most `boundMs`
+   * later, so its ephemeral nodes are gone) or only stops listening (a user's client).
+   */
+  async close(ownClient: boolean, boundMs = 2000): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    clearInterval(this.watchdog);
+    if (this.lostTimer) clearTimeout(this.lostTimer);
+    this.lostTimer = null;
+    this.listeners.clear();
+    const w = this.waiters;
+    this.waiters = [];
+    const e = zkError(new Error('backend closed'), 'session');
+    for (const x of w) x.reject(e);
+    if (!ownClient) return;
+    const c = this.client;
+    const connected = this.current === 'CONNECTED' || this.current === 'RECONNECTED';
+    const ended = new Promise<void>((resolve) => {
+      if (!connected) return resolve();
+      const t = setTimeout(resolve, boundMs);
+      t.unref();
+      c.once('disconnected', () => (clearTimeout(t), resolve()));
+    });
+    try {
+      c.close();
+    } catch {
+      /* already closed */
+    }
+    await ended;
+  }
+
+  [inspect.custom](): string {
+    return `ZkSession { ${this.current ?? 'CONNECTING'} }`;
+  }
+  toJSON(): { state: string | null } {
+    return { state: this.current };
+  }
+}

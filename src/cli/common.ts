@@ -1,0 +1,153 @@
+/**
+ * What every command of the CLI shares: exit codes, the one-line error, the backend from
+ * `--url` / `LEASEHOLD_URL` / the embedded default, and colour.
+ */
+import { hostname } from 'node:os';
+import {
+  createLocks,
+  fromUrl,
+  InvalidArgumentError,
+  LeaseholdError,
+  redactUrl,
+  toMs,
+  type Backend,
+  type Locks,
+} from '../index.js';
+
+/** Exit codes (sysexits.h where one fits). */
+export const EXIT = {
+  OK: 0,
+  /** Bad command line. */
+  USAGE: 64,
+  /** The backend cannot be reached (or lacks what the command needs). */
+  UNAVAILABLE: 69,
+  /** An unexpected failure. */
+  SOFTWARE: 70,
+  /** The lock is held by someone else (`--wait` ran out); try again later. */
+  BUSY: 75,
+  /** The lease was lost while the command ran; the command was stopped. */
+  LOST: 79,
+} as const;
+
+/** An error that ends the CLI with `exitCode` and one line on stderr. */
+export class CliError extends Error {
+  constructor(
+    message: string,
+    readonly exitCode: number,
+  ) {
+    super(message);
+  }
+}
+
+export const usage = (message: string) => new CliError(message, EXIT.USAGE);
+
+/** Hides `user:password@` in every URL of a text (also inside a driver's error message). */
+export function redact(text: string): string {
+  return text.replace(/\b([a-z][a-z0-9+.-]*:\/\/)[^@/?#\s]*@/gi, '$1***@');
+}
+
+/** One line on stderr, prefixed `leasehold:`, with secrets hidden. */
+export function say(message: string): void {
+  process.stderr.write(`leasehold: ${redact(message).replace(/\s*\n\s*/g, ' ')}\n`);
+}
+
+/** Maps any error to a CliError: usage errors, unreachable backends, the rest. */
+export function toCliError(e: unknown): CliError {
+  if (e instanceof CliError) return e;
+  const message = e instanceof Error ? e.message : String(e);
+  if (e instanceof InvalidArgumentError) return new CliError(message, EXIT.USAGE);
+  if (e instanceof LeaseholdError) {
+    if (['LEASEHOLD_BACKEND', 'LEASEHOLD_QUORUM', 'LEASEHOLD_MISSING_PEER', 'LEASEHOLD_UNSUPPORTED'].includes(e.code))
+      return new CliError(message, EXIT.UNAVAILABLE);
+    if (e.code === 'LEASEHOLD_LOCK_TIMEOUT') return new CliError(message, EXIT.BUSY);
+  }
+  return new CliError(message, EXIT.SOFTWARE);
+}
+
+/** Options every command that talks to a backend takes. */
+export interface BackendFlags {
+  url?: string[];
+  prefix: string;
+}
+
+/** The URLs to use: `--url` (repeatable), else `LEASEHOLD_URL` (whitespace-separated), else `sqlite:`. */
+export function urlsOf(flags: BackendFlags, env: NodeJS.ProcessEnv = process.env): string[] {
+  if (flags.url && flags.url.length > 0) return flags.url;
+  const fromEnv = (env.LEASEHOLD_URL ?? '').split(/\s+/).filter(Boolean);
+  return fromEnv.length > 0 ? fromEnv : ['sqlite:'];
+}
+
+/** A printable name of the backend (no password). */
+export const describeUrls = (urls: readonly string[]) => urls.map(redactUrl).join(' ');
+
+/** Builds the backend; an unreachable one is exit 69, a malformed URL exit 64. */
+export async function openBackend(flags: BackendFlags): Promise<{ backend: Backend; urls: string[] }> {
+  const urls = urlsOf(flags);
+  try {
+    const backend = await fromUrl(urls.length === 1 ? urls[0]! : urls);
+    return { backend, urls };
+  } catch (e) {
+    const err = toCliError(e);
+    // whatever kept the backend from opening (a refused connection, a missing package): unavailable
+    throw err.exitCode === EXIT.USAGE ? err : new CliError(err.message, EXIT.UNAVAILABLE);
+  }
+}
+
+export async function openLocks(
+  flags: BackendFlags,
+  ttlMs?: number,
+): Promise<{ locks: Locks; backend: Backend; urls: string[] }> {
+  const { backend, urls } = await openBackend(flags);
+  try {
+    const locks = createLocks(backend, { prefix: flags.prefix, ...(ttlMs === undefined ? {} : { ttl: ttlMs }) });
+    return { locks, backend, urls };
+  } catch (e) {
+    await backend.close().catch(() => {});
+    throw toCliError(e);
+  }
+}
+
+/** A duration flag (`30s`, `1m30s`, `250ms`; a bare `0` where zero is allowed); a bad one is a usage error. */
+export function duration(value: string, flag: string, allowZero = false): number {
+  const bare = /^\s*(\d+(?:\.\d+)?)\s*$/.exec(value);
+  if (bare) {
+    if (Number(bare[1]) === 0) {
+      if (allowZero) return 0;
+      throw new InvalidArgumentError(`${flag} must be > 0, got "${value}"`);
+    }
+    throw new InvalidArgumentError(`${flag}: "${value}" has no unit; add one: '${bare[1]}s' or '${bare[1]}ms'`);
+  }
+  return toMs(value, flag, { allowZero });
+}
+
+/** What `status` shows as the holder when none was given: this host and process. */
+export const defaultHolder = () => `${hostname()}:${process.pid}`;
+
+export function formatMs(ms: number): string {
+  if (ms < 0) return 'session';
+  if (ms < 10_000) return `${(ms / 1000).toFixed(1)}s`;
+  if (ms < 3_600_000) return `${Math.round(ms / 1000)}s`;
+  return `${(ms / 3_600_000).toFixed(1)}h`;
+}
+
+/** ANSI colour for a stream, honouring NO_COLOR, FORCE_COLOR, TERM and `--no-color`. */
+export function palette(stream: NodeJS.WriteStream, enabled = true) {
+  const force = process.env.FORCE_COLOR;
+  const on =
+    enabled &&
+    !('NO_COLOR' in process.env && process.env.NO_COLOR !== '') &&
+    (force !== undefined && force !== '' ? force !== '0' && force !== 'false' : stream.isTTY && stream.hasColors?.());
+  const c = (code: string) => (s: string) => (on ? `\x1b[${code}m${s}\x1b[0m` : s);
+  return {
+    on: !!on,
+    bold: c('1'),
+    dim: c('2'),
+    red: c('31'),
+    green: c('32'),
+    yellow: c('33'),
+    blue: c('34'),
+    magenta: c('35'),
+    cyan: c('36'),
+  };
+}
+export type Palette = ReturnType<typeof palette>;

@@ -1,0 +1,122 @@
+/**
+ * `leasehold run <key> -- <command…>`: acquire, renew while the command runs, release when it
+ * ends; the command gets LEASEHOLD_KEY, LEASEHOLD_FENCE and LEASEHOLD_TOKEN. A lost lease stops
+ * it (SIGTERM, SIGKILL after the grace period) and exits 79; a held key exits 75 (or 0 with
+ * --skip-if-busy).
+ */
+import { LeaseLostError, LockTimeoutError, MAX_DURATION_MS, type Lease, type Locks } from '../index.js';
+import { checkKey } from '../validate.js';
+import {
+  CliError,
+  defaultHolder,
+  duration,
+  EXIT,
+  formatMs,
+  openLocks,
+  say,
+  toCliError,
+  type BackendFlags,
+} from './common.js';
+import { exitCodeOf, onStopSignals, Supervised, type Exit } from './supervise.js';
+
+export interface RunFlags extends BackendFlags {
+  ttl: string;
+  wait?: string;
+  skipIfBusy?: boolean;
+  grace: string;
+  value?: string;
+}
+
+/** The environment of a protected command. */
+export function leaseEnv(lease: Lease, extra: Record<string, string> = {}): NodeJS.ProcessEnv {
+  return {
+    ...process.env,
+    LEASEHOLD_KEY: lease.key,
+    LEASEHOLD_FENCE: String(lease.fence),
+    LEASEHOLD_TOKEN: lease.token,
+    ...extra,
+  };
+}
+
+/** "held by host:pid (fence 7, 12.0s left)" — what a busy run says about the holder. */
+async function holderOf(locks: Locks, key: string): Promise<string> {
+  const info = await locks.inspect(key).catch(() => null);
+  if (!info) return 'held by another holder';
+  const who = info.value ? `held by ${info.value}` : 'held';
+  return `${who} (fence ${info.fence}, ${formatMs(info.remainingMs)} left)`;
+}
+
+/** Starts the command; a missing or non-executable file is exit 127 / 126, as in a shell. */
+export function start(command: readonly string[], env: NodeJS.ProcessEnv, graceMs: number): Supervised {
+  return new Supervised(command, env, graceMs);
+}
+
+/** Waits for the command; maps spawn errors to the shell's 127 / 126. */
+export async function outcome(child: Supervised, name: string): Promise<Exit> {
+  try {
+    return await child.done;
+  } catch (e) {
+    const code = (e as NodeJS.ErrnoException).code;
+    if (code === 'ENOENT') throw new CliError(`command not found: ${name}`, 127);
+    if (code === 'EACCES') throw new CliError(`permission denied: ${name}`, 126);
+    throw new CliError(`could not start ${name}: ${(e as Error).message}`, 126);
+  }
+}
+
+export async function run(key: string, command: string[], flags: RunFlags): Promise<number> {
+  checkKey(key);
+  const ttlMs = duration(flags.ttl, '--ttl');
+  const waitMs = flags.wait === undefined ? MAX_DURATION_MS : duration(flags.wait, '--wait', true);
+  const graceMs = duration(flags.grace, '--grace', true);
+  const { locks, backend } = await openLocks(flags, ttlMs);
+  const stopping = new AbortController();
+  let child: Supervised | null = null;
+  const uninstall = onStopSignals((s) => {
+    if (child) child.signal(s);
+    else
+      stopping.abort(
+        new CliError(`interrupted by ${s} while waiting for "${key}"`, exitCodeOf({ code: null, signal: s })),
+      );
+  });
+  try {
+    const value = flags.value ?? (backend.capabilities.value ? defaultHolder() : undefined);
+    const opts = { ...(value === undefined ? {} : { value }), signal: stopping.signal };
+    let lease: Lease | null;
+    try {
+      lease = waitMs === 0 ? await locks.tryAcquire(key, opts) : await locks.acquire(key, { ...opts, wait: waitMs });
+    } catch (e) {
+      if (stopping.signal.aborted) throw stopping.signal.reason;
+      if (!(e instanceof LockTimeoutError)) throw toCliError(e);
+      lease = null;
+    }
+    if (!lease) {
+      const why = `"${key}" is ${await holderOf(locks, key)}`;
+      if (flags.skipIfBusy) {
+        say(`${why}; skipped`);
+        return EXIT.OK;
+      }
+      throw new CliError(why, EXIT.BUSY);
+    }
+    const held = lease;
+    child = start(command, leaseEnv(held), graceMs);
+    const c = child;
+    let lost: LeaseLostError | null = null;
+    held.signal.addEventListener(
+      'abort',
+      () => {
+        if (!(held.signal.reason instanceof LeaseLostError)) return;
+        lost = held.signal.reason;
+        say(`${lost.message}; stopping the command (SIGTERM, then SIGKILL after ${formatMs(graceMs)})`);
+        void c.stop(graceMs);
+      },
+      { once: true },
+    );
+    const exit = await outcome(c, command[0]!);
+    await held.release().catch(() => false);
+    if (lost) throw new CliError('', EXIT.LOST); // said when it happened
+    return exitCodeOf(exit);
+  } finally {
+    uninstall();
+    await locks.close().catch(() => {});
+  }
+}

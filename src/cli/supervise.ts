@@ -1,0 +1,114 @@
+/**
+ * The command a `run` or `elect` protects: started in its own process group (so a stop reaches
+ * everything it started), told of SIGINT / SIGTERM / SIGHUP that reach leasehold, stopped with
+ * SIGTERM then SIGKILL after a grace period. A watchdog (`sh`, reading a pipe from leasehold)
+ * stops the group if leasehold itself dies, even by SIGKILL: the command never outlives the
+ * process that holds its lease by more than the grace period.
+ */
+import { type ChildProcess, spawn } from 'node:child_process';
+import { constants } from 'node:os';
+
+export interface Exit {
+  code: number | null;
+  signal: NodeJS.Signals | null;
+}
+
+/** The shell's convention: the exit code of a process, 128 + n if signal n ended it. */
+export function exitCodeOf(e: Exit): number {
+  if (e.signal) return 128 + (constants.signals[e.signal] ?? 0);
+  return e.code ?? 1;
+}
+
+export const FORWARDED = ['SIGINT', 'SIGTERM', 'SIGHUP'] as const;
+
+export class Supervised {
+  readonly done: Promise<Exit>;
+  private readonly child: ChildProcess;
+  private watchdog: ChildProcess | null = null;
+  private exited = false;
+
+  /** Starts `argv`; rejects (via `done`) with ENOENT / EACCES errors as exit 127 / 126. */
+  constructor(argv: readonly string[], env: NodeJS.ProcessEnv, graceMs: number) {
+    const [file, ...args] = argv;
+    this.child = spawn(file!, args, { stdio: 'inherit', env, detached: process.platform !== 'win32' });
+    this.done = new Promise<Exit>((resolve, reject) => {
+      this.child.once('error', (e: NodeJS.ErrnoException) => {
+        this.exited = true;
+        this.stopWatchdog();
+        reject(e);
+      });
+      this.child.once('exit', (code, signal) => {
+        this.exited = true;
+        this.stopWatchdog();
+        resolve({ code, signal });
+      });
+    });
+    this.done.catch(() => {});
+    if (this.child.pid !== undefined && process.platform !== 'win32') this.startWatchdog(this.child.pid, graceMs);
+  }
+
+  get pid(): number | undefined {
+    return this.child.pid;
+  }
+
+  /** Sends `signal` to the command's process group. */
+  signal(signal: NodeJS.Signals): void {
+    if (this.exited || this.child.pid === undefined) return;
+    try {
+      if (process.platform === 'win32') this.child.kill(signal);
+      else process.kill(-this.child.pid, signal);
+    } catch {
+      /* already gone */
+    }
+  }
+
+  /** SIGTERM, then SIGKILL after `graceMs` if it is still there; resolves with its exit. */
+  async stop(graceMs: number): Promise<Exit> {
+    this.signal('SIGTERM');
+    const timer = setTimeout(() => this.signal('SIGKILL'), graceMs);
+    try {
+      return await this.done;
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+
+  private startWatchdog(pid: number, graceMs: number): void {
+    const grace = Math.max(1, Math.ceil(graceMs / 1000));
+    try {
+      const w = spawn(
+        '/bin/sh',
+        [
+          '-c',
+          'read _ignored; kill -TERM "-$0" 2>/dev/null || exit 0; sleep "$1"; kill -KILL "-$0" 2>/dev/null',
+          String(pid),
+          String(grace),
+        ],
+        { stdio: ['pipe', 'ignore', 'ignore'], detached: true },
+      );
+      w.on('error', () => {});
+      w.stdin!.on('error', () => {});
+      w.unref();
+      (w.stdin as unknown as { unref?: () => void }).unref?.();
+      this.watchdog = w;
+    } catch {
+      this.watchdog = null; // no /bin/sh: the command is still stopped on loss and on signals
+    }
+  }
+
+  /** The command is gone: the watchdog must not signal a group id the system may reuse. */
+  private stopWatchdog(): void {
+    const w = this.watchdog;
+    this.watchdog = null;
+    if (w && w.exitCode === null) w.kill('SIGKILL');
+  }
+}
+
+/** Forwards the usual stop signals to `onSignal` while installed; returns the uninstaller. */
+export function onStopSignals(onSignal: (signal: NodeJS.Signals) => void): () => void {
+  const handlers = FORWARDED.map((s) => [s, () => onSignal(s)] as const);
+  for (const [s, h] of handlers) process.on(s, h);
+  return () => {
+    for (const [s, h] of handlers) process.off(s, h);
+  };
+}

@@ -1,0 +1,83 @@
+/**
+ * How `idempotent` stores a result: JSON, plus tags for what JSON would silently change or
+ * refuse — `bigint`, `Date`, `Map`, `Set`, `Uint8Array`/`Buffer` (comes back as a Buffer),
+ * `undefined`, `NaN`, `±Infinity` and `-0`. A function or a symbol anywhere in the value, or a cycle,
+ * is refused (a TypeError) instead of being dropped. Class instances come back as plain objects
+ * of their own enumerable properties, as with JSON. Plain JSON values are stored as plain JSON.
+ */
+
+const TAG = '$lh';
+type Tagged = { [TAG]: string; v?: unknown };
+
+function replacer(this: Record<string, unknown>, k: string, v: unknown): unknown {
+  const raw = this[k]; // before toJSON (a Date is already a string in `v`)
+  switch (typeof raw) {
+    case 'bigint':
+      return { [TAG]: 'bigint', v: raw.toString() };
+    case 'undefined':
+      return { [TAG]: 'undefined' };
+    case 'number':
+      if (Object.is(raw, -0)) return { [TAG]: 'number', v: '-0' };
+      return Number.isFinite(raw) ? raw : { [TAG]: 'number', v: String(raw) };
+    case 'function':
+    case 'symbol':
+      throw new TypeError(`a ${typeof raw} cannot be stored${k ? ` (at "${k}")` : ''}`);
+  }
+  if (raw instanceof Date) return { [TAG]: 'date', v: Number.isNaN(raw.getTime()) ? null : raw.toISOString() };
+  if (raw instanceof Map) return { [TAG]: 'map', v: [...raw.entries()] };
+  if (raw instanceof Set) return { [TAG]: 'set', v: [...raw] };
+  if (raw instanceof Uint8Array) {
+    return { [TAG]: 'bytes', v: Buffer.from(raw.buffer, raw.byteOffset, raw.byteLength).toString('base64') };
+  }
+  if (v !== null && typeof v === 'object' && !Array.isArray(v) && Object.hasOwn(v, TAG)) {
+    return { [TAG]: 'object', v: Object.entries(v) }; // a user object that happens to use our tag
+  }
+  return v;
+}
+
+/** The stored text of `value`; throws a TypeError for what cannot be stored. */
+export function encode(value: unknown): string {
+  return JSON.stringify(value, replacer);
+}
+
+/** The value `encode` stored. */
+export function decode(text: string): unknown {
+  return revive(JSON.parse(text));
+}
+
+/** Turns parsed JSON of `encode` back into the value (in place). */
+export function revive(x: unknown): unknown {
+  if (Array.isArray(x)) {
+    for (let i = 0; i < x.length; i++) x[i] = revive(x[i]);
+    return x;
+  }
+  if (x === null || typeof x !== 'object') return x;
+  const o = x as Record<string, unknown>;
+  if (typeof o[TAG] === 'string') return tagged(o as Tagged);
+  // in place: an own "__proto__" from JSON.parse stays a plain data property
+  for (const k of Object.keys(o)) o[k] = revive(o[k]);
+  return o;
+}
+
+function tagged(t: Tagged): unknown {
+  switch (t[TAG]) {
+    case 'bigint':
+      return BigInt(String(t.v));
+    case 'undefined':
+      return undefined;
+    case 'number':
+      return Number(t.v);
+    case 'date':
+      return new Date(t.v === null ? NaN : String(t.v));
+    case 'map':
+      return new Map(revive(t.v) as [unknown, unknown][]);
+    case 'set':
+      return new Set(revive(t.v) as unknown[]);
+    case 'bytes':
+      return Buffer.from(String(t.v), 'base64');
+    case 'object':
+      return Object.fromEntries(revive(t.v) as [string, unknown][]);
+    default:
+      throw new TypeError(`unknown stored tag "${t[TAG]}"`);
+  }
+}

@@ -1,0 +1,181 @@
+/**
+ * The `leasehold` executable beyond `run`'s locking: usage errors, help, exit codes, the embedded
+ * default, secrets in URLs, elect, and the demo.
+ */
+import { existsSync, writeFileSync } from 'node:fs';
+import { dirname, join } from 'node:path';
+import { afterAll, afterEach, beforeAll, describe, expect, test } from 'vitest';
+import { TempDbs } from '../support/sqlite.js';
+import { cli, ensureBuilt, JOB, killAll, readLog, start, until } from './helpers.js';
+
+const dbs = new TempDbs();
+beforeAll(() => ensureBuilt(), 180_000);
+afterEach(() => killAll());
+afterAll(() => dbs.cleanup());
+
+/** An environment whose default database is a fresh file. */
+const home = () => {
+  const state = dirname(dbs.path());
+  return { XDG_STATE_HOME: state, LEASEHOLD_URL: '', db: join(state, 'leasehold', 'locks.db') };
+};
+
+describe('usage', () => {
+  test.each([
+    [[], 'no command'],
+    [['bogus'], 'unknown command'],
+    [['run'], 'missing key'],
+    [['run', 'k'], 'no command to run'],
+    [['run', 'k', 'echo', 'hi'], 'command without --'],
+    [['run', 'k', '--ttl', '0', '--', 'true'], 'ttl 0'],
+    [['run', 'k', '--ttl', 'soon', '--', 'true'], 'bad duration'],
+    [['run', 'k', '--wait', '-1', '--', 'true'], 'negative wait'],
+    [['run', 'k', '--wait', '10', '--', 'true'], 'a duration without a unit'],
+    [['run', 'k', '--colour', 'red', '--', 'true'], 'unknown option'],
+    [['run', 'x'.repeat(1025), '--', 'true'], 'key too long'],
+    [['release', 'k'], 'release without --force'],
+    [['status', '--url', 'redis://[::1'], 'malformed URL'],
+    [['status', '--url', 'ftp://x'], 'unknown scheme'],
+    [['demo', '--workers', '1'], 'too few demo workers'],
+  ])('%j exits 64 with one line on stderr (%s)', async (args) => {
+    const { db, ...env } = home();
+    const r = await cli(args as string[], env);
+    expect(r.code).toBe(64);
+    const lines = r.stderr.trim().split('\n');
+    if (args.length > 0) expect(lines[0]).toMatch(/^leasehold: /);
+    if (args.length > 0) expect(lines).toHaveLength(1);
+    expect(existsSync(db)).toBe(false); // nothing touched before the arguments were checked
+  });
+
+  test('--help of every command has examples; --version prints the version', async () => {
+    for (const cmd of [[], ['run'], ['elect'], ['status'], ['release'], ['demo']]) {
+      const r = await cli([...cmd, '--help']);
+      expect(r.code).toBe(0);
+      expect(r.stdout).toContain('Examples:');
+    }
+    expect((await cli(['run', '--help'])).stdout).toMatch(
+      /Exit codes: .*64 usage; 69 backend\nunavailable; 75 lock busy/s,
+    );
+    expect((await cli(['--version'])).stdout.trim()).toMatch(/^\d+\.\d+\.\d+/);
+  });
+});
+
+describe('exit codes and the embedded default', () => {
+  test('the default backend is a SQLite file in $XDG_STATE_HOME/leasehold/', async () => {
+    const { db, ...env } = home();
+    const r = await cli(['run', 'k', '--', 'true'], env);
+    expect(r.code, r.stderr).toBe(0);
+    expect(existsSync(db)).toBe(true);
+  });
+
+  test("the command's exit code, 128 + n for a signal, 127 / 126 when it cannot start", async () => {
+    const { db: _db, ...env } = home();
+    expect((await cli(['run', 'k', '--', 'sh', '-c', 'exit 3'], env)).code).toBe(3);
+    expect((await cli(['run', 'k', '--', 'sh', '-c', 'kill -USR1 $$'], env)).code).toBe(128 + 10);
+    const missing = await cli(['run', 'k', '--', 'no-such-command-leasehold'], env);
+    expect(missing.code).toBe(127);
+    expect(missing.stderr).toBe('leasehold: command not found: no-such-command-leasehold\n');
+    const plain = dbs.path('not-executable.sh');
+    writeFileSync(plain, 'echo hi\n', { mode: 0o644 });
+    expect((await cli(['run', 'k', '--', plain], env)).code).toBe(126);
+    // the lock was released every time
+    expect((await cli(['run', 'k', '--wait', '0', '--', 'true'], env)).code).toBe(0);
+  });
+
+  test('an unreachable backend exits 69', async () => {
+    const r = await cli(['status', '--url', 'redis://127.0.0.1:1/0']);
+    expect(r.code).toBe(69);
+    expect(r.stderr).toMatch(/^leasehold: could not connect to redis:\/\/127\.0\.0\.1:1\/0/);
+  });
+});
+
+describe('a lost lease', () => {
+  test('a command that ignores SIGTERM gets SIGKILL after --grace; leasehold exits 79', async () => {
+    const mark = dbs.path('started');
+    const env = { LEASEHOLD_URL: `sqlite:${dbs.path()}`, MARK: mark };
+    const script = 'trap "" TERM; : > "$MARK"; exec sleep 30'; // sleep inherits the ignored SIGTERM
+    const holder = start(['run', 'stubborn', '--ttl', '1500ms', '--grace', '1s', '--', 'sh', '-c', script], env);
+    await until(() => existsSync(mark), 15_000, 'the command to start');
+    const broke = await cli(['release', 'stubborn', '--force'], env);
+    expect(broke.code).toBe(0);
+    const t0 = performance.now();
+    const done = await holder.done;
+    const took = performance.now() - t0;
+    expect(done.code).toBe(79);
+    expect(done.stderr).toMatch(/SIGKILL after 1\.0s/);
+    expect(took).toBeGreaterThanOrEqual(1000); // the grace period passed before SIGKILL
+    expect(took).toBeLessThan(500 + 1000 + 3000); // a renewal interval, the grace, a loaded machine
+  }, 30_000);
+});
+
+describe('secrets', () => {
+  const SECRET = 's3cret-Pw-4711';
+  test('a password in a URL never appears in output or errors', async () => {
+    const outputs = [
+      await cli(['status', '--url', `redis://user:${SECRET}@127.0.0.1:1/0`]),
+      await cli(['status', '--url', `postgres://postgres:${SECRET}@127.0.0.1:1/test`]),
+      await cli(['status', '--url', `postgres://postgres:${SECRET}@127.0.0.1:5432/test`]), // trust: it connects
+      await cli(['status', '--json'], { LEASEHOLD_URL: `postgres://postgres:${SECRET}@127.0.0.1:5432/test` }),
+      await cli(['run', 'k', '--url', `redis://:${SECRET}@127.0.0.1:1`, '--', 'true']),
+      await cli(['status', '--url', `redis://:${SECRET}@[::1`]),
+      await cli([
+        'status',
+        '--url',
+        `redis://a:${SECRET}@127.0.0.1:6379`,
+        '--url',
+        `redis://b:${SECRET}@127.0.0.1:7001`,
+      ]),
+    ];
+    expect(outputs.map((o) => o.code)).toEqual([69, 69, 0, 0, 69, 64, 64]);
+    for (const o of outputs) expect(o.stdout + o.stderr).not.toContain(SECRET);
+    expect(outputs[0]!.stderr).toContain('redis://***@127.0.0.1:1/0');
+  });
+});
+
+describe('elect', () => {
+  test('only the leader runs the command; when it stops, another candidate takes over with a higher fence', async () => {
+    const db = dbs.path();
+    const log = dbs.path('elect.log');
+    const env = (tag: string) => ({ LEASEHOLD_URL: `sqlite:${db}`, JOB_LOG: log, JOB_MS: '30000', JOB_TAG: tag });
+    const a = start(['elect', 'scheduler', '--value', 'a', '--ttl', '2s', '--', process.execPath, JOB], env('a'));
+    await until(() => readLog(log).some((l) => l.ev === 'start'), 15_000, 'a to lead');
+    const b = start(['elect', 'scheduler', '--value', 'b', '--ttl', '2s', '--', process.execPath, JOB], env('b'));
+    const status = await cli(['status', 'election:', '--json'], { LEASEHOLD_URL: `sqlite:${db}` });
+    expect(JSON.parse(status.stdout)).toMatchObject([{ key: 'election:scheduler', value: 'a' }]);
+    await new Promise((r) => setTimeout(r, 500));
+    expect(
+      readLog(log)
+        .filter((l) => l.ev === 'start')
+        .map((l) => l.tag),
+    ).toEqual(['a']); // b waits
+    a.proc.kill('SIGTERM'); // a's command stops, a resigns
+    expect((await a.done).code).toBe(143);
+    await until(() => readLog(log).some((l) => l.ev === 'start' && l.tag === 'b'), 10_000, 'b to lead');
+    const starts = readLog(log).filter((l) => l.ev === 'start');
+    expect(starts.map((l) => l.leader)).toEqual(['a', 'b']);
+    expect(BigInt(starts[1]!.fence!) > BigInt(starts[0]!.fence!)).toBe(true);
+    expect(starts[1]!.key).toBe('election:scheduler');
+    // broken from outside: b is demoted, its command stopped, and it campaigns again
+    const broke = await cli(['release', 'election:scheduler', '--force'], { LEASEHOLD_URL: `sqlite:${db}` });
+    expect(broke.code).toBe(0);
+    await until(() => readLog(log).filter((l) => l.ev === 'start').length === 3, 10_000, 'b to lead again');
+    const lines = readLog(log);
+    expect(lines.filter((l) => l.ev === 'term' && l.tag === 'b')).toHaveLength(1);
+    b.proc.kill('SIGTERM');
+    expect((await b.done).code).toBe(143);
+  }, 60_000);
+});
+
+describe('demo', () => {
+  test('runs with no server, ends with exit 0, and shows the stale write rejected', async () => {
+    const { db, ...env } = home();
+    const r = await cli(['demo'], env);
+    expect(r.code, r.stderr).toBe(0);
+    expect(r.stdout).toMatch(/embedded SQLite backend, no server/);
+    expect(r.stdout).toMatch(/⏸ paused \(SIGSTOP\)/);
+    expect(r.stdout).toMatch(/late write with fence (\d+) REJECTED by the resource \(it has seen fence (\d+)\)/);
+    const [, stale, seen] = /fence (\d+) REJECTED by the resource \(it has seen fence (\d+)\)/.exec(r.stdout)!;
+    expect(BigInt(seen!) > BigInt(stale!)).toBe(true);
+    expect(r.stdout).not.toContain('\u001b['); // NO_COLOR
+    expect(existsSync(db)).toBe(false); // a temporary file, not the user's database
+  }, 60_000);
+});

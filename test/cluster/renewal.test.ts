@@ -1,0 +1,266 @@
+/**
+ * Renewal on Redis Cluster (issue #18): leases on keys served by different masters stay held
+ * past several TTLs, with both clients. Before per-node batching, an ioredis Cluster sent one
+ * pipeline with scripts for many slots, it failed, and every lease was lost at its TTL.
+ */
+import { randomUUID } from 'node:crypto';
+import { afterAll, beforeAll, describe, expect, test } from 'vitest';
+import { EXTEND_NODE } from '../../src/backends/redis/cluster.js';
+import { redis } from '../../src/backends/redis/index.js';
+import { slotOf } from '../../src/backends/redis/slots.js';
+import { createLocks, type Lease } from '../../src/index.js';
+import { healed } from '../support/failover.js';
+import { ClusterClients, ownerOf } from '../support/cluster.js';
+import type { ClientKind } from '../support/redis.js';
+
+const clients = new ClusterClients();
+beforeAll(() => healed('cluster'), 120_000);
+afterAll(() => clients.closeAll());
+
+/** `n` keys under `prefix` whose locks live on `n` different masters (or spread over all of them). */
+async function spreadKeys(admin: any, prefix: string, n: number): Promise<string[]> {
+  const byOwner = new Map<string, string[]>();
+  for (let i = 0; i < 200; i++) {
+    const key = `k${i}`;
+    const owner = await ownerOf(admin, `{${prefix}:${key}}`);
+    byOwner.set(owner, [...(byOwner.get(owner) ?? []), key]);
+  }
+  expect(byOwner.size).toBe(3); // the cluster has 3 masters
+  const out: string[] = [];
+  for (let i = 0; out.length < n; i++) for (const ks of byOwner.values()) if (ks[i] && out.length < n) out.push(ks[i]!);
+  return out;
+}
+
+describe.each(['ioredis', 'node-redis'] as ClientKind[])('Redis Cluster renewal on %s', (kind) => {
+  test('4 leases on keys of different masters, ttl 3s, held past 3 TTLs: none lost', { timeout: 40_000 }, async () => {
+    const prefix = `lh-cl-${randomUUID().slice(0, 8)}`;
+    const admin = await clients.make('ioredis');
+    const keys = await spreadKeys(admin, prefix, 4);
+    const locks = createLocks(redis(await clients.make(kind)), { prefix, ttl: '3s' });
+    try {
+      const leases: Lease[] = [];
+      for (const k of keys) leases.push(await locks.acquire(k));
+      const lost: string[] = [];
+      for (const l of leases) l.signal.addEventListener('abort', () => lost.push(l.key));
+      // holding is the point of the test: 3 TTLs and a renewal period more
+      await new Promise((r) => setTimeout(r, 10_000));
+      expect(lost).toEqual([]);
+      expect(leases.map((l) => l.held)).toEqual([true, true, true, true]);
+      for (const l of leases) {
+        const info = await locks.inspect(l.key);
+        expect(info?.fence).toBe(l.fence);
+        expect(info!.remainingMs).toBeGreaterThan(0);
+      }
+      for (const l of leases) expect(await l.release()).toBe(true);
+    } finally {
+      await locks.close();
+    }
+  });
+});
+
+describe('Redis Cluster slots and round trips', () => {
+  test('slotOf agrees with CLUSTER KEYSLOT', async () => {
+    const admin = await clients.make('ioredis');
+    const keys = ['a', '{leasehold:x}', '{leasehold:x}:v', 'foo{}bar', '{}x', 'é漢字', '{a}}b', 'x{y}z{w}', '{'];
+    for (let i = 0; i < 200; i++) keys.push(`{lh:${randomUUID()}}`);
+    for (const k of keys) expect([k, slotOf(k)]).toEqual([k, Number(await admin.cluster('KEYSLOT', k))]);
+  });
+
+  test('ioredis: renewing 300 leases is one round trip per master', async () => {
+    const prefix = `lh-rt-${randomUUID().slice(0, 8)}`;
+    const client = await clients.make('ioredis');
+    const backend = redis(client);
+    const items = [];
+    for (let i = 0; i < 300; i++) {
+      const token = randomUUID();
+      expect(await backend.acquire(`${prefix}:${i}`, { token, ttlMs: 10_000 })).not.toBeNull();
+      items.push({ key: `${prefix}:${i}`, token, ttlMs: 10_000 });
+    }
+    // a round trip is a pipeline or a script sent alone, on a master's connection or the cluster's
+    const trips = new Map<string, number>();
+    const restore: (() => void)[] = [];
+    const count = (who: any, name: string) => {
+      for (const m of ['pipeline', 'evalsha', 'eval']) {
+        const orig = who[m];
+        who[m] = (...a: unknown[]) => (trips.set(name, (trips.get(name) ?? 0) + 1), orig.apply(who, a));
+        restore.push(() => (who[m] = orig));
+      }
+    };
+    const masters = client.nodes('master') as any[];
+    for (const n of masters) count(n, `${n.options.host}:${n.options.port}`);
+    count(client, 'cluster');
+    try {
+      expect(await backend.extend(items)).toEqual(items.map(() => true));
+      expect(trips.get('cluster')).toBeUndefined();
+      expect([...trips.values()]).toEqual([1, 1, 1]);
+      // a lease that is not ours any more is reported as such, the others are renewed
+      expect(await backend.extend([items[0]!, { ...items[1]!, token: 'not-the-token' }])).toEqual([true, false]);
+    } finally {
+      for (const r of restore) r();
+      for (const it of items) await backend.release(it.key, it.token);
+      await backend.close();
+    }
+  });
+});
+
+/**
+ * Redis 6 has no `#!lua flags=allow-cross-slot-keys`: it answers EVALSHA of the per-node script
+ * with NOSCRIPT and its EVAL with a compile error. The server here is 7.0, so that refusal is
+ * played on the master connections for that one script only; everything else (slot table,
+ * EXTEND_MANY per slot, the pipelines, the leases) is the real cluster.
+ */
+function actLikeRedis6(client: any): { trips: Map<string, number>; restore(): void } {
+  const trips = new Map<string, number>();
+  const undo: (() => void)[] = [];
+  const wrap = (who: any, name: string, m: string, refuse?: (a: unknown[]) => Error | null) => {
+    const orig = who[m];
+    who[m] = (...a: unknown[]) => {
+      trips.set(name, (trips.get(name) ?? 0) + 1);
+      const no = refuse?.(a);
+      return no ? Promise.reject(no) : orig.apply(who, a);
+    };
+    undo.push(() => (who[m] = orig));
+  };
+  for (const n of client.nodes('master') as any[]) {
+    const name = `${n.options.host}:${n.options.port}`;
+    wrap(n, name, 'evalsha', (a) => (a[0] === EXTEND_NODE.sha ? new Error('NOSCRIPT No matching script.') : null));
+    wrap(n, name, 'eval', (a) =>
+      a[0] === EXTEND_NODE.source
+        ? new Error("ERR Error compiling script (new function): user_script:1: unexpected symbol near '#'")
+        : null,
+    );
+    wrap(n, name, 'pipeline'); // the per-node script for more than one chunk (not reached with 300 leases)
+  }
+  for (const m of ['pipeline', 'evalsha', 'eval']) wrap(client, 'cluster', m);
+  return { trips, restore: () => undo.forEach((f) => f()) };
+}
+
+describe('Redis Cluster renewal without the cross-slot script (Redis 6)', () => {
+  test('ioredis: 300 leases renew with one EXTEND_MANY pipeline per master', async () => {
+    const prefix = `lh-r6-${randomUUID().slice(0, 8)}`;
+    const client = await clients.make('ioredis');
+    const backend = redis(client);
+    const items = [];
+    for (let i = 0; i < 300; i++) {
+      const token = randomUUID();
+      expect(await backend.acquire(`${prefix}:${i}`, { token, ttlMs: 10_000 })).not.toBeNull();
+      items.push({ key: `${prefix}:${i}`, token, ttlMs: 10_000 });
+    }
+    const slots = new Set(items.map((it) => slotOf(`{${it.key}}`)));
+    const r6 = actLikeRedis6(client);
+    try {
+      // first renewal: each master refuses the per-node script (NOSCRIPT, then the compile error),
+      // the chunks take the per-slot path, and the adapter remembers that this server cannot
+      expect(await backend.extend(items)).toEqual(items.map(() => true));
+      const first = Object.fromEntries(r6.trips);
+      for (const [who, n] of r6.trips) if (who !== 'cluster') expect([who, n]).toEqual([who, 2]);
+      // 3 pipelines, and again with EVAL on a master that has not cached EXTEND_MANY yet (NOSCRIPT)
+      expect(first.cluster, JSON.stringify(first)).toBeGreaterThanOrEqual(3);
+      expect(first.cluster, JSON.stringify(first)).toBeLessThanOrEqual(6);
+      expect(Object.keys(first)).toHaveLength(4); // the cluster and its 3 masters
+      r6.trips.clear();
+      // from then on: one pipeline of EXTEND_MANY (one call per slot) per master, nothing else
+      expect(await backend.extend(items)).toEqual(items.map(() => true));
+      expect(Object.fromEntries(r6.trips)).toEqual({ cluster: 3 });
+      expect(slots.size).toBeGreaterThan(200); // many slots, still 3 round trips
+      for (const it of items.slice(0, 10)) expect(Number(await client.pttl(`{${it.key}}`))).toBeGreaterThan(9000);
+      expect(await backend.extend([items[0]!, { ...items[1]!, token: 'not-the-token' }])).toEqual([true, false]);
+    } finally {
+      r6.restore();
+      for (const it of items) await backend.release(it.key, it.token);
+      await backend.close();
+    }
+  });
+
+  test('ioredis: 300 leases held past 3 TTLs of 2s through the fallback: none lost', { timeout: 40_000 }, async () => {
+    const prefix = `lh-r6h-${randomUUID().slice(0, 8)}`;
+    const client = await clients.make('ioredis');
+    const r6 = actLikeRedis6(client);
+    const locks = createLocks(redis(client), { prefix, ttl: '2s' });
+    try {
+      const leases: Lease[] = [];
+      for (let i = 0; i < 300; i++) leases.push(await locks.acquire(`k${i}`));
+      const lost: string[] = [];
+      for (const l of leases) l.signal.addEventListener('abort', () => lost.push(l.key));
+      // holding is the point of the test: 3 TTLs (renewals every ttl/3)
+      await new Promise((r) => setTimeout(r, 6500));
+      expect(lost).toEqual([]);
+      expect(leases.every((l) => l.held)).toBe(true);
+      // each master was asked for the per-node script once (EVALSHA, then EVAL), at the first renewal;
+      // every renewal after it went through the cluster's per-master pipelines
+      for (const [who, n] of r6.trips) if (who !== 'cluster') expect([who, n]).toEqual([who, 2]);
+      for (const l of leases.slice(0, 10)) expect((await locks.inspect(l.key))?.fence).toBe(l.fence);
+      for (const l of leases) expect(await l.release()).toBe(true);
+    } finally {
+      r6.restore();
+      await locks.close();
+    }
+  });
+});
+
+describe.each(['ioredis', 'node-redis'] as ClientKind[])('Redis Cluster resharding on %s', (kind) => {
+  test('renewal follows a slot that moved to another master (MOVED, ASK)', { timeout: 40_000 }, async () => {
+    const prefix = `lh-mv-${randomUUID().slice(0, 8)}`;
+    const admin = await clients.make('ioredis');
+    const backend = redis(await clients.make(kind));
+    const token = randomUUID();
+    const key = `${prefix}:moving`;
+    const slot = slotOf(`{${key}}`);
+    expect(await backend.acquire(key, { token, ttlMs: 20_000 })).not.toBeNull();
+    const others = [];
+    for (let i = 0; i < 20; i++) {
+      const t = randomUUID();
+      expect(await backend.acquire(`${prefix}:${i}`, { token: t, ttlMs: 20_000 })).not.toBeNull();
+      others.push({ key: `${prefix}:${i}`, token: t, ttlMs: 20_000 });
+    }
+    const move = await slotMover(admin, slot);
+    try {
+      // mid-migration: the keys already sit on the target, the source answers ASK and the target
+      // TRYAGAIN for a script whose keys are not all there yet: the renewal may fail for now (the
+      // engine retries it soon), but it never reports a held lease as lost
+      await move.start();
+      const mid = await backend.extend([{ key, token, ttlMs: 20_000 }, ...others]).catch((e: Error) => e);
+      if (mid instanceof Error) expect(mid.message).toMatch(/TRYAGAIN|redirections/);
+      else expect(mid).toEqual(others.map(() => true).concat(true));
+      // done: the source answers MOVED
+      await move.finish();
+      expect(await backend.extend([{ key, token, ttlMs: 20_000 }, ...others])).toEqual(
+        others.map(() => true).concat(true),
+      );
+      expect(await backend.extend([{ key, token: 'nope', ttlMs: 20_000 }])).toEqual([false]);
+      expect(await backend.release(key, token)).toBe(true);
+      for (const o of others) await backend.release(o.key, o.token);
+    } finally {
+      await move.back();
+      await backend.close();
+    }
+  });
+});
+
+/** Moves `slot` to another master by hand (as `redis-cli --cluster reshard` does), and back. */
+async function slotMover(admin: any, slot: number) {
+  const nodes = admin.nodes('master') as any[];
+  const ids = new Map<any, string>();
+  for (const n of nodes) ids.set(n, String(await n.cluster('MYID')));
+  let from: any;
+  for (const n of nodes) if (Number(await n.cluster('COUNTKEYSINSLOT', slot)) > 0) from = n;
+  const to = nodes.find((n) => n !== from)!;
+  const migrate = async (src: any, dst: any) => {
+    await dst.cluster('SETSLOT', slot, 'IMPORTING', ids.get(src));
+    await src.cluster('SETSLOT', slot, 'MIGRATING', ids.get(dst));
+    const keys: string[] = await src.cluster('GETKEYSINSLOT', slot, 1000);
+    if (keys.length) await src.migrate(dst.options.host, dst.options.port, '', 0, 5000, 'KEYS', ...keys);
+  };
+  const settle = async (dst: any) => {
+    for (const n of nodes) await n.cluster('SETSLOT', slot, 'NODE', ids.get(dst));
+  };
+  return {
+    start: () => migrate(from, to),
+    finish: () => settle(to),
+    back: async () => {
+      await migrate(to, from).catch(() => {});
+      await settle(from);
+      for (const n of nodes) await n.cluster('SETSLOT', slot, 'STABLE');
+    },
+  };
+}

@@ -1,0 +1,272 @@
+/**
+ * The engine keeps its bounds when a backend call never answers (issue #9), on the memory backend
+ * behind a gate that holds calls until it is opened: the scheduling of the core only. The same
+ * bounds against real, frozen servers are in test/redis/freeze.test.ts, test/redlock/freeze.test.ts
+ * and test/postgres/freeze.test.ts.
+ */
+import { getEventListeners } from 'node:events';
+import { afterEach, describe, expect, test } from 'vitest';
+import type { Backend } from '../../src/backend.js';
+import { memory, MemoryStore } from '../../src/backends/memory/index.js';
+import {
+  BackendError,
+  ClosedError,
+  createLocks,
+  InvalidArgumentError,
+  LeaseLostError,
+  LockTimeoutError,
+  type Locks,
+} from '../../src/index.js';
+import { anySignal } from '../../src/wait.js';
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+/** Slack for timers on a loaded 2-core machine. */
+const MARGIN = 200;
+const open: Locks[] = [];
+afterEach(async () => {
+  await Promise.allSettled(open.splice(0).map((l) => l.close()));
+});
+
+type Method = 'acquire' | 'extend' | 'release' | 'inspect' | 'leave' | 'close';
+
+/** A memory backend whose calls (those named in `which`) wait at a gate while it is shut. */
+function gated(store = new MemoryStore()) {
+  const inner = memory({ store });
+  let shut = new Set<Method>();
+  const waiting: Array<() => void> = [];
+  const started: Record<string, number> = {};
+  const order: string[] = [];
+  const pass = async (m: Method) => {
+    started[m] = (started[m] ?? 0) + 1;
+    if (shut.has(m)) await new Promise<void>((r) => waiting.push(r));
+  };
+  const backend: Backend = {
+    name: 'gated',
+    capabilities: inner.capabilities,
+    acquire: async (k, r) => (await pass('acquire'), inner.acquire(k, r)),
+    extend: async (items) => (await pass('extend'), inner.extend(items)),
+    release: async (k, t) => (await pass('release'), order.push(`release ${k}`), inner.release(k, t)),
+    leave: async (k, t) => (await pass('leave'), inner.leave!(k, t)),
+    inspect: async (k) => (await pass('inspect'), inner.inspect(k)),
+    waitForChange: (k, s, ms) => inner.waitForChange(k, s, ms),
+    close: async () => (await pass('close'), order.push('close'), inner.close()),
+  };
+  return {
+    backend,
+    store,
+    started,
+    order,
+    shut(...methods: Method[]) {
+      shut = new Set(methods.length ? methods : ['acquire', 'extend', 'release', 'inspect', 'leave', 'close']);
+    },
+    open() {
+      shut = new Set();
+      for (const w of waiting.splice(0)) w();
+    },
+  };
+}
+
+function make(backend: Backend, opts = {}): Locks {
+  const l = createLocks(backend, opts);
+  open.push(l);
+  return l;
+}
+
+/** Settles `p` and says how long it took (ms) and how. */
+async function timed<T>(p: Promise<T>): Promise<{ ms: number; value?: T; error?: unknown }> {
+  const t0 = performance.now();
+  try {
+    const value = await p;
+    return { ms: performance.now() - t0, value };
+  } catch (error) {
+    return { ms: performance.now() - t0, error };
+  }
+}
+
+describe('a backend that stops answering', () => {
+  test('acquire(wait), acquire(signal), tryAcquire, extend, inspect and close() each settle by their bound', async () => {
+    const g = gated();
+    const locks = createLocks(g.backend, { opTimeout: 400, ttl: '5s' });
+    const lease = await locks.acquire('held');
+    g.shut();
+    const [wait, signal, tryA, extend, inspect] = await Promise.all([
+      timed(locks.acquire('a', { wait: 250 })),
+      timed(locks.acquire('b', { signal: AbortSignal.timeout(150) })),
+      timed(locks.tryAcquire('c')),
+      timed(lease.extend()),
+      timed(locks.inspect('d')),
+    ]);
+    expect(wait.error).toBeInstanceOf(LockTimeoutError);
+    expect(wait.ms).toBeLessThan(250 + MARGIN);
+    expect((signal.error as Error).name).toBe('TimeoutError'); // the signal's own reason
+    expect(signal.ms).toBeLessThan(150 + MARGIN);
+    for (const r of [tryA, extend, inspect]) {
+      expect(r.error).toBeInstanceOf(BackendError);
+      expect(String((r.error as Error).message)).toMatch(/did not answer within 400ms \(opTimeout\)/);
+      expect(r.ms).toBeGreaterThanOrEqual(395);
+      expect(r.ms).toBeLessThan(400 + MARGIN);
+    }
+    expect(lease.held).toBe(true); // a slow extend is not a lost lease: renewal may still succeed
+    // close(): the release of `held` hangs (≤ opTimeout), then the backend's close hangs (≤ opTimeout)
+    const closed = await timed(locks.close());
+    expect(closed.error).toBeUndefined();
+    expect(closed.ms).toBeLessThan(2 * 400 + MARGIN);
+    g.open();
+  });
+
+  test('an extend that outlives the lease is a LeaseLostError at the lease deadline, not later', async () => {
+    const g = gated();
+    const locks = make(g.backend, { opTimeout: '5s', ttl: 400, renew: false });
+    const lease = await locks.acquire('x');
+    g.shut('extend');
+    const r = await timed(lease.extend());
+    expect(r.error).toBeInstanceOf(LeaseLostError);
+    expect(r.ms).toBeLessThan(400 + MARGIN);
+    expect(lease.held).toBe(false);
+    expect(lease.signal.aborted).toBe(true);
+    g.open();
+  });
+
+  test('a grant that arrives after the caller gave up is released (token-checked)', async () => {
+    const g = gated();
+    const locks = make(g.backend, { opTimeout: 200 });
+    g.shut('acquire');
+    const ctrl = new AbortController();
+    const results = await Promise.all([
+      timed(locks.tryAcquire('late-try')),
+      timed(locks.acquire('late-wait', { wait: 100 })),
+      timed(
+        (setTimeout(() => ctrl.abort(new Error('gave up')), 50), locks.acquire('late-abort', { signal: ctrl.signal })),
+      ),
+    ]);
+    expect(results.map((r) => (r.error as Error)?.constructor.name)).toEqual([
+      'BackendError',
+      'LockTimeoutError',
+      'Error',
+    ]);
+    g.open(); // the server answers now: each attempt is granted... and given back
+    const keys = ['late-try', 'late-wait', 'late-abort'].map((k) => `leasehold:${k}`);
+    const until = performance.now() + 2000;
+    while (!keys.every((k) => g.store.fences.get(k) === 1n && !g.store.live(k)) && performance.now() < until) {
+      await sleep(5);
+    }
+    const other = make(memory({ store: g.store }));
+    for (const k of ['late-try', 'late-wait', 'late-abort']) {
+      const l = await other.acquire(k, { wait: 2000 });
+      expect(l.fence).toBe(2n); // the late grant had fence 1 and was released
+      await l.release();
+    }
+  });
+
+  test('close() waits for a call in flight, releases what it got, then closes the backend', async () => {
+    const g = gated();
+    const locks = createLocks(g.backend, { opTimeout: '2s' });
+    g.shut('acquire');
+    let ran = false;
+    const work = timed(locks.withLock('k', () => (ran = true)));
+    await sleep(20);
+    const closing = locks.close();
+    const rejected = await work; // at once: the caller is told, the call is still in flight
+    expect(rejected.error).toBeInstanceOf(ClosedError);
+    expect(rejected.error).toMatchObject({ code: 'LEASEHOLD_CLOSED' });
+    expect(ran).toBe(false);
+    setTimeout(() => g.open(), 100); // the grant arrives while close() waits
+    await closing;
+    expect(g.order).toEqual(['release leasehold:k', 'close']);
+    expect(g.store.live('leasehold:k')).toBeUndefined();
+  });
+
+  test('a waiter stuck on a backend call settles at once on close()', async () => {
+    const g = gated();
+    const locks = createLocks(g.backend, { opTimeout: '10s' });
+    g.shut('acquire');
+    const waiter = timed(locks.acquire('w', { wait: '20s' }));
+    await sleep(20);
+    const closing = timed(locks.close());
+    const w = await waiter;
+    expect(w.error).toBeInstanceOf(ClosedError);
+    expect(w.ms).toBeLessThan(20 + MARGIN);
+    g.open();
+    expect((await closing).error).toBeUndefined();
+  });
+});
+
+describe('renewal on a hung client', () => {
+  test('a lease is lost at its deadline while its renewal hangs, and renewals do not pile up', async () => {
+    const g = gated();
+    const locks = make(g.backend, { ttl: 300, opTimeout: '2s' }); // renewal every 100ms
+    const a = await locks.acquire('a');
+    g.shut('extend');
+    const t0 = performance.now();
+    const before = g.started.extend ?? 0;
+    await new Promise((r) => a.signal.addEventListener('abort', r, { once: true }));
+    expect(a.signal.reason).toBeInstanceOf(LeaseLostError);
+    expect(performance.now() - t0).toBeLessThan(300 + MARGIN);
+    // more leases while that renewal still hangs: they are lost at their deadlines too, and no
+    // second renewal call is sent to the hung client within opTimeout
+    const more = await Promise.all(['b', 'c', 'd'].map((k) => locks.acquire(k)));
+    await Promise.all(more.map((l) => new Promise((r) => l.signal.addEventListener('abort', r, { once: true }))));
+    expect(more.every((l) => !l.held)).toBe(true);
+    expect((g.started.extend ?? 0) - before).toBe(1);
+    g.open();
+  });
+});
+
+describe('held and signal agree', () => {
+  const block = (ms: number) => {
+    const end = performance.now() + ms;
+    while (performance.now() < end); // a paused process: no timer runs
+  };
+
+  test('reading held past the validity marks the lease lost: a cached signal is aborted too', async () => {
+    const locks = make(memory(), { ttl: 200 });
+    const lease = await locks.acquire('p');
+    const signal = lease.signal;
+    const seen = await new Promise<[boolean, boolean, unknown]>((resolve) => {
+      setTimeout(() => resolve([lease.held, signal.aborted, signal.reason]), 10); // runs before the keeper's timer
+      block(300);
+    });
+    expect(seen[0]).toBe(false);
+    expect(seen[1]).toBe(true);
+    expect(seen[2]).toBeInstanceOf(LeaseLostError);
+  });
+
+  test('reading remaining() or signal first says the same', async () => {
+    const locks = make(memory(), { ttl: 200 });
+    const [l1, l2] = [await locks.acquire('r1'), await locks.acquire('r2')];
+    const seen = await new Promise<unknown[]>((resolve) => {
+      setTimeout(() => resolve([l1.remaining(), l1.signal.aborted, l2.signal.aborted, l2.held]), 10);
+      block(300);
+    });
+    expect(seen).toEqual([0, true, true, false]);
+  });
+});
+
+describe('options and signals', () => {
+  test('opTimeout is validated', () => {
+    for (const bad of [0, -1, NaN, Infinity, 'abc', {}, null]) {
+      expect(() => createLocks(memory(), { opTimeout: bad as never })).toThrow(InvalidArgumentError);
+    }
+    expect(() => createLocks(memory(), { opTimeout: '250ms' })).not.toThrow();
+  });
+
+  test('waiting calls leave no listener on a long-lived signal (no AbortSignal.any leak)', async () => {
+    const store = new MemoryStore();
+    const holder = make(memory({ store }));
+    const waiter = make(memory({ store }));
+    const appLifetime = new AbortController().signal;
+    for (let i = 0; i < 20; i++) {
+      const lease = await holder.acquire('l');
+      const waiting = waiter.acquire('l', { signal: appLifetime, wait: '5s' });
+      await sleep(1);
+      await lease.release();
+      await (await waiting).release();
+      await waiter.tryAcquire('other', { signal: appLifetime }).then((l) => l?.release());
+    }
+    expect(getEventListeners(appLifetime, 'abort')).toHaveLength(0);
+    const a = new AbortController();
+    const any = anySignal([a.signal, appLifetime]);
+    any.dispose();
+    expect(getEventListeners(appLifetime, 'abort')).toHaveLength(0);
+  });
+});

@@ -1,0 +1,56 @@
+/**
+ * The Redis adapter's fast paths (one script call: no pipeline on ioredis, `sendCommand` on a
+ * plain node-redis client) behave as the general path does, on the real server at 6379.
+ */
+import { randomUUID } from 'node:crypto';
+import { createClient } from 'redis';
+import { afterAll, describe, expect, test } from 'vitest';
+import { adapt, redis, redisKeys } from '../../src/backends/redis/index.js';
+import { script } from '../../src/backends/redis/client.js';
+import { BackendError, createLocks } from '../../src/index.js';
+import { Clients, REDIS_URL, type ClientKind } from '../support/redis.js';
+
+const clients = new Clients();
+const prefix = `lh-adapter-${randomUUID().slice(0, 8)}`;
+afterAll(() => clients.closeAll());
+
+// a script no other test loads: its first call meets NOSCRIPT on a fresh server cache
+const ECHO = script(`return { KEYS[1], ARGV[1], ARGV[2], '${randomUUID()}' }`);
+const FAIL = script(`return redis.error_reply('ERR leasehold-adapter-test ' .. ARGV[1])`);
+
+describe.each(['ioredis', 'node-redis'] as ClientKind[])('redis adapter on %s', (kind) => {
+  test('one call: KEYS and ARGV (numbers as strings) arrive as sent, NOSCRIPT falls back to EVAL', async () => {
+    const a = adapt(await clients.make(kind));
+    const [r] = await a.run([{ script: ECHO, keys: [`${prefix}:k`], args: ['v', 42] }]);
+    expect((r as unknown[]).slice(0, 3)).toEqual([`${prefix}:k`, 'v', '42']);
+    const [again] = await a.run([{ script: ECHO, keys: [`${prefix}:k2`], args: ['w', 7] }]);
+    expect((again as unknown[]).slice(0, 3)).toEqual([`${prefix}:k2`, 'w', '7']);
+  });
+
+  test('one call: a script error comes back as a BackendError in its slot, not thrown', async () => {
+    const a = adapt(await clients.make(kind));
+    const [r] = await a.run([{ script: FAIL, keys: [`${prefix}:f`], args: ['boom'] }]);
+    expect(r).toBeInstanceOf(BackendError);
+    expect((r as Error).message).toContain('leasehold-adapter-test boom');
+  });
+});
+
+test('node-redis with a keyPrefix: lock keys carry the prefix (the client adds it, as to its own commands)', async () => {
+  const kp = `${prefix}-kp:`;
+  const c = createClient({ url: REDIS_URL, keyPrefix: kp, socket: { connectTimeout: 2000 } } as never) as any;
+  c.on('error', () => {});
+  await c.connect();
+  const plain = await clients.make('ioredis');
+  const locks = createLocks(redis(c), { prefix });
+  try {
+    const lease = await locks.acquire('job');
+    const lockKey = redisKeys(`${prefix}:job`).lock;
+    expect(await plain.get(`${kp}${lockKey}`)).toBe(lease.token);
+    expect(await plain.exists(lockKey)).toBe(0);
+    expect(await lease.release()).toBe(true);
+    expect(await plain.exists(`${kp}${lockKey}`)).toBe(0);
+  } finally {
+    await locks.close();
+    await c.close();
+  }
+});

@@ -1,0 +1,217 @@
+/**
+ * Issue #16 on the real server: a release hands the lock to the head of the queue and wakes that
+ * waiter's backend with one message, nobody else's; a head that died holds a claim only briefly;
+ * a hand-over whose message was lost is still confirmed within the waiter's refresh bound.
+ */
+import { type ChildProcess, spawn } from 'node:child_process';
+import { createHash, randomUUID } from 'node:crypto';
+import { fileURLToPath } from 'node:url';
+import { afterAll, afterEach, describe, expect, test } from 'vitest';
+import type { RedisAdapter } from '../../src/backends/redis/client.js';
+import { redis, redisKeys, type RedisBackend } from '../../src/backends/redis/index.js';
+import { Wakeups } from '../../src/backends/redis/wakeups.js';
+import { createLocks, type Locks } from '../../src/index.js';
+import { Clients, REDIS_URL, type ClientKind } from '../support/redis.js';
+
+const CHILD = fileURLToPath(new URL('./child.ts', import.meta.url));
+const clients = new Clients();
+const open: Locks[] = [];
+const kids: ChildProcess[] = [];
+const prefix = `lh-hand-${randomUUID().slice(0, 8)}`;
+afterEach(async () => {
+  for (const k of kids.splice(0)) if (k.exitCode === null) k.kill('SIGKILL');
+  await Promise.allSettled(open.splice(0).map((l) => l.close()));
+});
+afterAll(() => clients.closeAll());
+
+/** A Locks on its own client and backend; `messages` counts what its backend's channel got. */
+async function instance(kind: ClientKind, opts = {}) {
+  const backend = redis(await clients.make(kind)) as RedisBackend;
+  /** messages: received on its channel; runs: round trips it sent; runsAtMessage: runs when the last message came */
+  const counted = { messages: 0, drop: 0, runs: 0, runsAtMessage: -1 };
+  const subscribe = backend.adapter.subscribe.bind(backend.adapter);
+  backend.adapter.subscribe = (channel, listener) =>
+    subscribe(channel, (ch, message) => {
+      if (counted.drop > 0) {
+        counted.drop--; // lost on the way
+        return;
+      }
+      counted.messages++;
+      counted.runsAtMessage = counted.runs;
+      listener(ch, message);
+    });
+  const run = backend.adapter.run.bind(backend.adapter);
+  backend.adapter.run = (calls) => {
+    counted.runs++;
+    return run(calls);
+  };
+  const locks = createLocks(backend, { prefix, ...opts });
+  open.push(locks);
+  /** Calls of this backend now asleep in a wait (pushed or bounded). */
+  const sleeping = () =>
+    (backend as unknown as { wakeups: { waits: { waiters: Map<string, Set<unknown>> } } }).wakeups.waits.waiters.size;
+  return { locks, counted, sleeping };
+}
+
+async function until(f: () => Promise<boolean>, ms: number): Promise<boolean> {
+  const end = performance.now() + ms;
+  while (performance.now() < end) {
+    if (await f()) return true;
+    await new Promise((r) => setTimeout(r, 20));
+  }
+  return false;
+}
+
+async function queueLength(key: string): Promise<number> {
+  return (await clients.make('ioredis')).zcard(redisKeys(`${prefix}:${key}`).q);
+}
+
+describe.each(['ioredis', 'node-redis'] as ClientKind[])('hand-over on %s', (kind) => {
+  test('one message per hand-over, to the next waiter only', async () => {
+    const key = `one-message-${kind}`;
+    const n = 4;
+    const per = 25;
+    const xs = await Promise.all(Array.from({ length: n }, () => instance(kind, { ttl: '10s' })));
+    const grants = new Array<number>(n).fill(0);
+    let last = -1;
+    let switches = 0;
+    await Promise.all(
+      xs.map(async ({ locks }, i) => {
+        for (let j = 0; j < per; j++) {
+          const lease = await locks.acquire(key, { wait: '30s' });
+          grants[i]!++;
+          if (last !== -1 && last !== i) switches++;
+          last = i;
+          await new Promise((r) => setTimeout(r, 2));
+          await lease.release();
+        }
+      }),
+    );
+    const messages = xs.map((x) => x.counted.messages);
+    console.log(`[handoff] ${kind}: grants ${grants.join('/')}, messages ${messages.join('/')}, switches ${switches}`);
+    // a message goes only to the waiter the lock was handed to, and each hand-over is one grant
+    for (let i = 0; i < n; i++) expect(messages[i]).toBeLessThanOrEqual(grants[i]!);
+    const total = messages.reduce((a, b) => a + b, 0);
+    expect(total).toBeGreaterThanOrEqual((n * per) / 2); // most grants were hand-overs
+    expect(total).toBeLessThanOrEqual(n * per);
+  }, 60_000);
+
+  test('a hand-over is granted on its message, with no round trip; its claim becomes the TTL at the first renewal', async () => {
+    const key = `no-confirm-${kind}`;
+    const { locks: a } = await instance(kind, { ttl: '10s' });
+    const b = await instance(kind, { ttl: '10s' });
+    const held = await a.acquire(key);
+    const waiting = b.locks.acquire(key, { wait: '20s' });
+    waiting.catch(() => {}); // may reject before it is awaited below
+    expect(await until(async () => (await queueLength(key)) === 1 && b.sleeping() === 1, 5000)).toBe(true);
+    await held.release();
+    const lease = await waiting;
+    // nothing was sent between the hand-over's message and the grant
+    expect(b.counted.messages).toBe(1);
+    expect(b.counted.runs).toBe(b.counted.runsAtMessage);
+    expect(lease.fence > held.fence).toBe(true);
+    expect(await queueLength(key)).toBe(0); // the head left the queue at the hand-over
+    // the lease is valid for the claim only (500 ms) until the keeper's first renewal, which
+    // comes before half of that has passed and gives lock, lease and fence their TTL
+    expect(lease.remaining()).toBeGreaterThan(0);
+    expect(lease.remaining()).toBeLessThanOrEqual(500);
+    const admin = await clients.make('ioredis');
+    const k = redisKeys(`${prefix}:${key}`);
+    expect(await until(async () => lease.remaining() > 5000, 2000)).toBe(true);
+    expect(Number(await admin.pttl(k.lock))).toBeGreaterThan(5000);
+    expect(Number(await admin.pttl(k.fence))).toBeGreaterThan(5000);
+    expect(lease.held).toBe(true);
+    expect(b.counted.runs).toBe(b.counted.runsAtMessage + 1); // that renewal, and nothing else
+    expect(await b.locks.inspect(key)).toMatchObject({ fence: lease.fence });
+    await lease.release();
+    expect(await admin.exists(k.lock)).toBe(0);
+  }, 30_000);
+
+  test('a head SIGKILLed before the hand-over delays the next grant by at most the claim plus one refresh', async () => {
+    const key = `dead-head-${kind}`;
+    const { locks: a } = await instance(kind, { ttl: '30s' });
+    const { locks: b } = await instance(kind, { ttl: '30s' });
+    const held = await a.acquire(key);
+    const child = spawn(process.execPath, ['--import', 'tsx', CHILD, 'queue', REDIS_URL, prefix, key, '30000'], {
+      stdio: ['ignore', 'pipe', 'inherit'],
+    });
+    kids.push(child);
+    expect(await until(async () => (await queueLength(key)) === 1, 20_000)).toBe(true);
+    const waiting = b.acquire(key, { wait: '20s' });
+    waiting.catch(() => {}); // may reject before it is awaited below
+    expect(await until(async () => (await queueLength(key)) === 2, 5000)).toBe(true);
+    await new Promise<void>((resolve) => {
+      child.once('exit', () => resolve());
+      child.kill('SIGKILL');
+    });
+    const releasedAt = performance.now();
+    await held.release(); // handed to the dead head: a claim nobody confirms
+    const lease = await waiting;
+    const delay = performance.now() - releasedAt;
+    console.log(`[handoff] ${kind}: dead head, next grant ${Math.round(delay)} ms after the release`);
+    expect(delay).toBeLessThanOrEqual(500 + 1000 + 500); // claim + one refresh + slack
+    await lease.release();
+  }, 40_000);
+
+  test('a waiter whose hand-over message is lost still gets the lock within its refresh bound', async () => {
+    const key = `lost-message-${kind}`;
+    const { locks: a } = await instance(kind, { ttl: '30s' });
+    const b = await instance(kind, { ttl: '30s' });
+    const held = await a.acquire(key);
+    const waiting = b.locks.acquire(key, { wait: '20s' });
+    waiting.catch(() => {}); // may reject before it is awaited below
+    // queued, subscribed, and asleep: only the message (or its refresh bound) wakes it
+    expect(await until(async () => (await queueLength(key)) === 1 && b.sleeping() === 1, 5000)).toBe(true);
+    b.counted.drop = 1;
+    const releasedAt = performance.now();
+    await held.release();
+    const lease = await waiting;
+    const delay = performance.now() - releasedAt;
+    console.log(`[handoff] ${kind}: message lost, granted ${Math.round(delay)} ms after the release`);
+    expect(b.counted.drop).toBe(0); // the message was sent, and dropped
+    expect(delay).toBeLessThanOrEqual(1000 + 500); // one refresh interval + slack
+    await lease.release();
+  }, 30_000);
+});
+
+describe('a hand-over message', () => {
+  // the message is `<sha1(token)><fence>|<server ms>|<lock key>`; `take` trusts it only when it
+  // follows the waiter's last refused attempt by the server's own clock and names its token
+  const sha1 = (t: string) => createHash('sha1').update(t).digest('hex');
+  const setup = () => {
+    const w = new Wakeups({} as RedisAdapter, 1000);
+    const deliver = (m: string) => (w as unknown as { message(m: string): void }).message(m);
+    w.before('{k|x}'); // a call of this backend waits on the key (the key may hold '|')
+    w.refused('{k|x}', 0, 0, 1234.5, 1_000_000);
+    return { w, deliver };
+  };
+
+  test('after the last refusal, naming our token: the lock is ours from that attempt, with its fence', () => {
+    const { w, deliver } = setup();
+    deliver(`${sha1('tok')}42|1000001|{k|x}`);
+    expect(w.take('{k|x}', 'tok')).toEqual({ fence: '42', from: 1234.5 });
+    expect(w.take('{k|x}', 'tok')).toBeNull(); // taken once
+  });
+
+  test('from the same millisecond as the refusal, or earlier: not trusted (it may predate the refusal)', () => {
+    for (const at of [1_000_000, 999_999]) {
+      const { w, deliver } = setup();
+      deliver(`${sha1('tok')}42|${at}|{k|x}`);
+      expect(w.take('{k|x}', 'tok')).toBeNull();
+    }
+  });
+
+  test('naming another token, for a key nobody here waits on, or with no refusal on record: not trusted', () => {
+    const a = setup();
+    a.deliver(`${sha1('other')}42|1000001|{k|x}`);
+    expect(a.w.take('{k|x}', 'tok')).toBeNull();
+    const b = setup();
+    b.deliver(`${sha1('tok')}42|1000001|{k|y}`);
+    expect(b.w.take('{k|y}', 'tok')).toBeNull();
+    const c = setup();
+    c.w.forget('{k|x}');
+    c.w.before('{k|x}');
+    c.deliver(`${sha1('tok')}42|1000001|{k|x}`);
+    expect(c.w.take('{k|x}', 'tok')).toBeNull();
+  });
+});

@@ -1,0 +1,25 @@
+/**
+ * A process of the Redlock hand-over tests.
+ *   queue <ports> <prefix> <key> <ttlMs>   waits for the key (acquire, wait 1h) on the nodes at
+ *                                          the comma-separated ports; prints {kind:'held'} if granted
+ * The parent SIGKILLs it while it waits.
+ */
+import { Redis } from 'ioredis';
+import { redlock } from '../../src/backends/redlock/index.js';
+import { createLocks } from '../../src/index.js';
+
+const say = (m: object) =>
+  process.stdout.write(JSON.stringify(m, (_, v) => (typeof v === 'bigint' ? String(v) : v)) + '\n');
+
+const [role, ports, prefix, key, ttl] = process.argv.slice(2);
+const clients = ports!.split(',').map((p) => new Redis(Number(p), '127.0.0.1', { maxRetriesPerRequest: 1 }));
+const locks = createLocks(redlock(clients), { prefix: prefix!, ttl: Number(ttl), wait: '1h' });
+
+if (role === 'queue') {
+  say({ kind: 'waiting' });
+  const lease = await locks.acquire(key!);
+  say({ kind: 'held', fence: lease.fence });
+}
+await locks.close();
+for (const c of clients) c.disconnect();
+say({ kind: 'done' });

@@ -1,0 +1,204 @@
+/**
+ * scripts/services.sh start / status / stop, on private ports the OS handed out and a private
+ * state dir: the shared servers are never touched. `stop` stops only what the script started.
+ */
+import { execFile, spawn, type ChildProcess } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, expect, test } from 'vitest';
+import { freePort } from '../support/ports.js';
+
+const state = mkdtempSync(join(tmpdir(), 'leasehold-services-'));
+const foreign: ChildProcess[] = [];
+let env: NodeJS.ProcessEnv = {};
+
+function services(...args: string[]): Promise<{ code: number; out: string }> {
+  return new Promise((resolve) => {
+    execFile('bash', ['scripts/services.sh', ...args], { env: { ...process.env, ...env } }, (e, stdout, stderr) =>
+      resolve({ code: e ? Number((e as { code?: number }).code ?? 1) : 0, out: stdout + stderr }),
+    );
+  });
+}
+
+function ping(port: number): Promise<boolean> {
+  return new Promise((resolve) =>
+    execFile('redis-cli', ['-h', '127.0.0.1', '-p', String(port), 'ping'], (e, out) =>
+      resolve(!e && out.trim() === 'PONG'),
+    ),
+  );
+}
+
+afterAll(async () => {
+  await services('stop', 'redis', 'redlock', 'etcd', 'etcd-cluster'); // in case a test failed half-way
+  for (const p of foreign) p.kill('SIGKILL');
+  rmSync(state, { recursive: true, force: true });
+});
+
+test('start is idempotent, status reports, stop stops what it started and leaves a foreign server alone', async () => {
+  const [single, a, b, other] = [await freePort(), await freePort(), await freePort(), await freePort()];
+  env = {
+    LEASEHOLD_SERVICES_DIR: state,
+    LEASEHOLD_REDIS_PORT: String(single),
+    LEASEHOLD_REDLOCK_PORTS: `${a} ${b}`,
+  };
+
+  expect((await services('status', 'redis', 'redlock')).code).toBe(3); // all down
+  const started = await services('start', 'redis', 'redlock');
+  expect(started.code, started.out).toBe(0);
+  for (const p of [single, a, b]) expect(await ping(p)).toBe(true);
+  const pid = readFileSync(join(state, `redis-${a}.pid`), 'utf8').trim();
+
+  const again = await services('redis', 'redlock'); // `start` is the default
+  expect(again.code, again.out).toBe(0);
+  expect(again.out).not.toContain('starting');
+  expect(readFileSync(join(state, `redis-${a}.pid`), 'utf8').trim()).toBe(pid);
+
+  const status = await services('status', 'redis', 'redlock');
+  expect(status.code, status.out).toBe(0);
+  expect(status.out).toMatch(new RegExp(`redlock +up +127\\.0\\.0\\.1:${a} +pid ${pid}, started by this script`));
+
+  // a Redis the script did not start, on the port it is told to use
+  const srv = spawn('redis-server', [
+    '--bind',
+    '127.0.0.1',
+    '--port',
+    String(other),
+    '--save',
+    '',
+    '--appendonly',
+    'no',
+  ]);
+  foreign.push(srv);
+  await expect.poll(() => ping(other), { timeout: 10_000 }).toBe(true);
+
+  const stopped = await services('stop', 'redis', 'redlock');
+  expect(stopped.code, stopped.out).toBe(0);
+  for (const p of [single, a, b]) expect(await ping(p)).toBe(false);
+  const down = await services('status', 'redis', 'redlock');
+  expect(down.code).toBe(3);
+  expect(down.out).toContain(`redlock    down  127.0.0.1:${a}`);
+
+  env = { ...env, LEASEHOLD_REDIS_PORT: String(other) };
+  const status2 = await services('status', 'redis');
+  expect(status2.out).toContain('not started by this script');
+  const left = await services('stop', 'redis');
+  expect(left.out).toContain('not started by this script here; left alone');
+  expect(await ping(other)).toBe(true);
+});
+
+/** A base port with `n` consecutive free ports after it (the etcd services use base + 0 … n − 1). */
+async function freeRun(n: number): Promise<number> {
+  const { createServer } = await import('node:net');
+  const free = (port: number) =>
+    new Promise<boolean>((resolve) => {
+      const srv = createServer();
+      srv.once('error', () => resolve(false));
+      srv.listen(port, '127.0.0.1', () => srv.close(() => resolve(true)));
+    });
+  for (;;) {
+    const base = await freePort();
+    let ok = true;
+    for (let i = 1; i < n && ok; i++) ok = await free(base + i);
+    if (ok) return base;
+  }
+}
+
+test('etcd: one member and a 3-member cluster start idempotently, answer health, and stop', async () => {
+  const [single, cluster] = [await freeRun(2), await freeRun(6)];
+  env = {
+    LEASEHOLD_SERVICES_DIR: state,
+    LEASEHOLD_ETCD_PORT: String(single),
+    LEASEHOLD_ETCD_CLUSTER_PORT: String(cluster),
+  };
+  expect((await services('status', 'etcd', 'etcd-cluster')).code).toBe(3);
+  const started = await services('start', 'etcd', 'etcd-cluster');
+  expect(started.code, started.out).toBe(0);
+  const health = async (port: number) => {
+    const r = await fetch(`http://127.0.0.1:${port}/health`).catch(() => null);
+    return r?.ok ? ((await r.json()) as { health: string }).health : 'down';
+  };
+  for (const p of [single, cluster, cluster + 2, cluster + 4]) expect(await health(p)).toBe('true');
+  const again = await services('etcd', 'etcd-cluster');
+  expect(again.code, again.out).toBe(0);
+  expect(again.out).not.toContain('starting');
+  const status = await services('status', 'etcd-cluster');
+  expect(status.out).toMatch(
+    new RegExp(`etcd-c2 +up +127\\.0\\.0\\.1:${cluster + 2} +pid \\d+, started by this script`),
+  );
+  const stopped = await services('stop', 'etcd', 'etcd-cluster');
+  expect(stopped.code, stopped.out).toBe(0);
+  for (const p of [single, cluster, cluster + 2, cluster + 4]) expect(await health(p)).toBe('down');
+  expect((await services('status', 'etcd', 'etcd-cluster')).code).toBe(3);
+}, 60_000);
+
+test('an unknown service name is refused', async () => {
+  const r = await services('status', 'nope');
+  expect(r.code).toBe(2);
+  expect(r.out).toContain('unknown service "nope"');
+});
+
+function cli(port: number, ...args: string[]): Promise<string> {
+  return new Promise((resolve) =>
+    execFile('redis-cli', ['-h', '127.0.0.1', '-p', String(port), ...args], (_, out) => resolve(out)),
+  );
+}
+
+/** A free port below 55535 whose cluster bus port (+10000) is free too. */
+async function clusterPort(taken: Set<number>): Promise<number> {
+  const { createServer } = await import('node:net');
+  const free = (port: number) =>
+    new Promise<boolean>((resolve) => {
+      const srv = createServer();
+      srv.once('error', () => resolve(false));
+      srv.listen(port, '127.0.0.1', () => srv.close(() => resolve(true)));
+    });
+  for (;;) {
+    const p = await freePort();
+    if (p < 55535 && !taken.has(p) && (await free(p + 10000))) return p;
+  }
+}
+
+test('cluster: start creates a 3+3 Redis Cluster once, a second start leaves it alone, stop ends it', async () => {
+  const taken = new Set<number>();
+  for (let i = 0; i < 6; i++) taken.add(await clusterPort(taken));
+  const ports = [...taken];
+  env = {
+    LEASEHOLD_SERVICES_DIR: state,
+    LEASEHOLD_CLUSTER_PORTS: ports.join(' '),
+    LEASEHOLD_CLUSTER_CONVERGE_TRIES: '10',
+  };
+  try {
+    const started = await services('start', 'cluster');
+    expect(started.code, started.out).toBe(0);
+    expect(started.out).toContain('creating the cluster');
+    const status = await services('status', 'cluster');
+    expect(status.code, status.out).toBe(0);
+    const again = await services('start', 'cluster');
+    expect(again.code, again.out).toBe(0);
+    expect(again.out).not.toMatch(/starting|creating/);
+    // 6 nodes, 3 of them masters serving slots (cluster_size). Not "3 lines say master": on a
+    // loaded machine a master may miss the 2 s node timeout once and a replica take over, which
+    // leaves a "master,fail" line beside the promoted one
+    const info = await cli(ports[0]!, 'cluster', 'info');
+    expect(info).toMatch(/cluster_known_nodes:6\b/);
+    expect(info).toMatch(/cluster_size:3\b/);
+    expect(info).toMatch(/cluster_slots_assigned:16384\b/);
+    // a cluster that cannot converge (slot 0 unassigned everywhere: cluster_state:fail for good) is
+    // diagnosed and created afresh instead of failing every later file that needs it
+    for (const p of ports) await cli(p, 'cluster', 'delslots', '0');
+    expect(await cli(ports[0]!, 'cluster', 'info')).toMatch(/cluster_state:fail/);
+    const mended = await services('start', 'cluster');
+    expect(mended.code, mended.out).toBe(0);
+    expect(mended.out).toContain('did not reach cluster_state:ok; recreating it');
+    expect(mended.out).toMatch(new RegExp(`${ports[0]}: cluster_state:fail .*cluster_slots_ok:16383`));
+    expect(mended.out).toContain('creating the cluster');
+    const fresh = await cli(ports[0]!, 'cluster', 'info');
+    expect(fresh).toMatch(/cluster_state:ok/);
+    expect(fresh).toMatch(/cluster_slots_assigned:16384\b/);
+  } finally {
+    const stopped = await services('stop', 'cluster');
+    expect(stopped.code, stopped.out).toBe(0);
+  }
+  for (const p of ports) expect(await ping(p)).toBe(false);
+}, 120_000);

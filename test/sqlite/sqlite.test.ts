@@ -1,0 +1,174 @@
+/** What is particular to the SQLite backend: options, URLs, a locked database, a reboot, secrets at rest. */
+import { readFileSync, readdirSync, writeFileSync } from 'node:fs';
+import { dirname, join } from 'node:path';
+import Database from 'better-sqlite3';
+import { afterAll, describe, expect, test } from 'vitest';
+import { REBOOT_FENCE_JUMP } from '../../src/backends/sqlite/schema.js';
+import { defaultPath, pathFromUrl, sqlite } from '../../src/backends/sqlite/index.js';
+import { BackendError, createLocks, fromUrl, InvalidArgumentError } from '../../src/index.js';
+import { findSecret } from '../support/secrets.js';
+import { TempDbs } from '../support/sqlite.js';
+
+const dbs = new TempDbs();
+afterAll(() => dbs.cleanup());
+
+/** A path whose directory cannot exist: its parent is a regular file. */
+function impossiblePath(): string {
+  const file = dbs.path('not-a-directory');
+  writeFileSync(file, '');
+  return join(file, 'x.db');
+}
+
+describe('sqlite: arguments', () => {
+  test('bad arguments and options are refused before the file is touched', () => {
+    const path = dbs.path();
+    const bad: unknown[][] = [
+      [''],
+      [42],
+      [undefined],
+      [{ prepare: 1 }],
+      ['a\u0000b'],
+      [path, { pollInterval: 0 }],
+      [path, { pollInterval: 'soon' }],
+      [path, { busyTimeout: -1 }],
+      [path, { synchronous: 'off' }],
+      [path, { mkdir: 'yes' }],
+      [path, { colour: 'red' }],
+      [path, null],
+    ];
+    for (const args of bad) expect(() => (sqlite as any)(...args), JSON.stringify(args)).toThrow(InvalidArgumentError);
+    expect(readdirSync(dirname(path))).toEqual([]);
+  });
+
+  test('an unopenable file is a BackendError', () => {
+    expect(() => sqlite(impossiblePath())).toThrow(BackendError);
+    expect(() => sqlite(impossiblePath(), { mkdir: false })).toThrow(BackendError);
+  });
+
+  test('sqlite: URLs name local files; the default lives in the XDG state directory', () => {
+    const env = { HOME: '/home/ada' };
+    expect(defaultPath(env)).toBe('/home/ada/.local/state/leasehold/locks.db');
+    expect(defaultPath({ ...env, XDG_STATE_HOME: '/var/state' })).toBe('/var/state/leasehold/locks.db');
+    expect(defaultPath({ ...env, XDG_STATE_HOME: 'relative' })).toBe('/home/ada/.local/state/leasehold/locks.db');
+    expect(pathFromUrl('sqlite:', env)).toBe('/home/ada/.local/state/leasehold/locks.db');
+    expect(pathFromUrl('sqlite:locks.db', env)).toBe('locks.db');
+    expect(pathFromUrl('sqlite:/var/lib/x.db', env)).toBe('/var/lib/x.db');
+    expect(pathFromUrl('sqlite:///var/lib/x.db', env)).toBe('/var/lib/x.db');
+    expect(pathFromUrl('sqlite://localhost/var/lib/x.db', env)).toBe('/var/lib/x.db');
+    expect(pathFromUrl('sqlite:~/x.db', env)).toBe('/home/ada/x.db');
+    expect(pathFromUrl('sqlite:my%20locks.db', env)).toBe('my locks.db');
+    for (const u of ['sqlite://db.example.com/x.db', 'sqlite:x.db?mode=ro', 'sqlite:%zz', 'redis://x']) {
+      expect(() => pathFromUrl(u, env), u).toThrow(InvalidArgumentError);
+    }
+  });
+
+  test('fromUrl("sqlite:<path>") opens the file; close() closes the connection it made', async () => {
+    const path = dbs.path();
+    const backend = await fromUrl(`sqlite:${path}`);
+    expect(backend.name).toBe('sqlite');
+    const locks = createLocks(backend);
+    const lease = await locks.acquire('url');
+    expect(lease.fence).toBe(1n);
+    await locks.close();
+    expect((backend as unknown as { db: Database.Database }).db.open).toBe(false);
+    await expect(fromUrl('sqlite://elsewhere/x.db')).rejects.toBeInstanceOf(InvalidArgumentError);
+    await expect(fromUrl(`sqlite:${impossiblePath()}`)).rejects.toBeInstanceOf(BackendError);
+  });
+});
+
+describe('sqlite: behaviour', () => {
+  test('a connection you pass is switched to WAL, used, and left open', async () => {
+    const db = new Database(dbs.path());
+    const locks = createLocks(sqlite(db));
+    const lease = await locks.acquire('mine', { value: 'v' });
+    expect(await locks.inspect('mine')).toMatchObject({ fence: lease.fence, value: 'v' });
+    await locks.close();
+    expect(db.open).toBe(true);
+    expect(db.pragma('journal_mode', { simple: true })).toBe('wal');
+    db.close();
+  });
+
+  test('the database file holds digests, never a token or a lease value secret', async () => {
+    const path = dbs.path();
+    const locks = createLocks(sqlite(path, { synchronous: 'full' }));
+    const lease = await locks.acquire('secret');
+    const waiter = createLocks(sqlite(path));
+    const queued = waiter.acquire('secret', { wait: '5s' });
+    queued.catch(() => {}); // may reject before it is awaited below
+    await new Promise((r) => setTimeout(r, 50));
+    const bytes = ['', '-wal'].map((s) => readFileSync(path + s).toString('latin1')).join('');
+    expect(bytes).toContain('leasehold:secret');
+    expect(bytes).not.toContain(lease.token);
+    expect(findSecret([locks, waiter, lease], [lease.token])).toBeNull(); // util.inspect, JSON, a deep walk
+    await lease.release();
+    await (await queued).release();
+    await Promise.all([locks.close(), waiter.close()]);
+  });
+
+  test('while another process holds the write lock, calls wait without blocking the event loop', async () => {
+    const path = dbs.path();
+    const locks = createLocks(sqlite(path, { busyTimeout: '3s' }));
+    await (await locks.acquire('warm')).release(); // tables exist
+    const other = new Database(path, { timeout: 0 });
+    other.prepare('BEGIN IMMEDIATE').run();
+    let ticks = 0;
+    const ticker = setInterval(() => ticks++, 5);
+    const t0 = performance.now();
+    setTimeout(() => other.prepare('COMMIT').run(), 300);
+    const lease = await locks.acquire('busy');
+    const took = performance.now() - t0;
+    clearInterval(ticker);
+    expect(lease.held).toBe(true);
+    expect(took).toBeGreaterThanOrEqual(290);
+    expect(ticks).toBeGreaterThan(20); // the loop ran timers meanwhile
+    // held for longer than busyTimeout: a clear BackendError
+    const quick = createLocks(sqlite(path, { busyTimeout: 200 }));
+    other.prepare('BEGIN IMMEDIATE').run();
+    try {
+      await expect(quick.acquire('busy2')).rejects.toMatchObject({
+        code: 'LEASEHOLD_BACKEND',
+        message: expect.stringMatching(/stayed locked for 200ms/),
+      });
+    } finally {
+      other.prepare('ROLLBACK').run();
+      other.close();
+    }
+    await Promise.all([locks.close(), quick.close()]);
+  });
+
+  test('after a reboot (another boot id) no lease survives and every fence jumps by 2^32', async () => {
+    const path = dbs.path();
+    const a = createLocks(sqlite(path));
+    const held = await a.acquire('k', { ttl: '1h' });
+    await a.close(); // released
+    const b = createLocks(sqlite(path));
+    const stays = await b.acquire('k', { ttl: '1h' });
+    // the machine reboots: b's process is gone (its lease still in the file), the boot id changes
+    const raw = new Database(path, { timeout: 2000 });
+    raw.prepare(`UPDATE leasehold_meta SET value = 'mono:another-boot' WHERE name = 'clock'`).run();
+    raw.close();
+    const c = createLocks(sqlite(path));
+    const after = await c.tryAcquire('k');
+    expect(after).not.toBeNull();
+    expect(after!.fence).toBe(stays.fence + REBOOT_FENCE_JUMP + 1n);
+    expect(after!.fence > held.fence).toBe(true);
+    expect(await stays.release()).toBe(false);
+    await b.close();
+    await c.close();
+  });
+
+  test('list pages through many keys and stops at the end of the prefix', async () => {
+    const path = dbs.path();
+    const backend = sqlite(path);
+    const locks = createLocks(backend, { prefix: 'p' });
+    for (let i = 0; i < 600; i++) await locks.acquire(`many:${String(i).padStart(3, '0')}`);
+    await locks.acquire('manz'); // after the prefix in key order
+    await locks.acquire('man'); // before it
+    const seen: string[] = [];
+    for await (const info of locks.list('many:')) seen.push(info.key);
+    expect(seen).toHaveLength(600);
+    expect(seen[0]).toBe('many:000');
+    expect(seen.at(-1)).toBe('many:599');
+    await locks.close();
+  });
+});
