@@ -196,6 +196,30 @@ for name in "${names[@]}"; do
     exit 2
   fi
 done
+# start and stop take the services' lock: two of them at once (a test's heal that outlived its
+# test beside the next file's heal) would stop nodes the other is clustering. A directory, not
+# flock(1): the servers started here would inherit a lock file descriptor and hold it forever.
+services_lock() {
+  local dir="$STATE/services.lock" holder tries=0
+  until mkdir "$dir" 2>/dev/null; do
+    holder=$(cat "$dir/pid" 2>/dev/null || true)
+    if [ -n "$holder" ] && ! kill -0 "$holder" 2>/dev/null; then
+      rm -rf "$dir" # its holder died without unlocking
+      continue
+    fi
+    tries=$((tries + 1))
+    if [ $tries = 5 ]; then log "waiting for another services.sh (pid ${holder:-?}) to finish"; fi
+    if [ $tries -ge 3000 ]; then
+      log "another services.sh (pid ${holder:-?}) held $dir for 10 minutes" >&2
+      exit 1
+    fi
+    sleep 0.2
+  done
+  echo $$ >"$dir/pid"
+  SERVICES_LOCK=$dir
+  trap 'rm -rf "$SERVICES_LOCK"' EXIT
+}
+[ "$cmd" = status ] || services_lock
 case $cmd in
   start)
     for name in "${names[@]}"; do "svc_${name}_start"; done

@@ -12,13 +12,13 @@ import { healed, killNode, onNode, replicated, until } from '../support/failover
 import type { ClientKind } from '../support/redis.js';
 
 const clients = new ClusterClients();
-beforeAll(() => healed('cluster'), 120_000);
+beforeAll(() => healed('cluster'), 300_000);
 afterAll(() => clients.closeAll());
 
 describe.each(['ioredis', 'node-redis'] as ClientKind[])('Redis Cluster failover on %s', (kind) => {
   test(
     'the master of a held lock dies; its replica takes over with the lock; fences rise',
-    { timeout: 120_000 },
+    { timeout: 300_000 },
     async () => {
       const prefix = `lh-cfo-${randomUUID().slice(0, 8)}`;
       const a = createLocks(redis(await clients.make(kind)), { prefix, ttl: '10s' });

@@ -14,7 +14,7 @@ import { ClusterClients, ownerOf } from '../support/cluster.js';
 import type { ClientKind } from '../support/redis.js';
 
 const clients = new ClusterClients();
-beforeAll(() => healed('cluster'), 120_000);
+beforeAll(() => healed('cluster'), 300_000);
 afterAll(() => clients.closeAll());
 
 /** `n` keys under `prefix` whose locks live on `n` different masters (or spread over all of them). */

@@ -13,7 +13,7 @@ import { ClusterClients, CLUSTER_NODES, ownerOf } from '../support/cluster.js';
 import type { ClientKind } from '../support/redis.js';
 
 const clients = new ClusterClients();
-beforeAll(() => healed('cluster'), 120_000);
+beforeAll(() => healed('cluster'), 300_000);
 afterAll(() => clients.closeAll());
 
 async function keysOnEachMaster(admin: any, prefix: string): Promise<string[]> {

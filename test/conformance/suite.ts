@@ -70,7 +70,7 @@ export function conformance(target: ConformanceTarget): void {
     });
     beforeAll(async () => {
       await target.ready?.();
-    }, 120_000);
+    }, 300_000); // a Cluster or Sentinel heal may create its setup afresh
     afterAll(async () => {
       await target.cleanup?.();
     });

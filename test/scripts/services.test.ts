@@ -3,7 +3,7 @@
  * state dir: the shared servers are never touched. `stop` stops only what the script started.
  */
 import { execFile, spawn, type ChildProcess } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, expect, test } from 'vitest';
@@ -138,6 +138,34 @@ test('an unknown service name is refused', async () => {
   expect(r.out).toContain('unknown service "nope"');
 });
 
+
+test('start and stop run one at a time: a second one waits for the lock; a dead holder’s lock is taken over', async () => {
+  const dir = mkdtempSync(join(tmpdir(), 'leasehold-services-lock-'));
+  const own = { LEASEHOLD_SERVICES_DIR: dir, LEASEHOLD_REDIS_PORT: String(await freePort()) };
+  const saved = env;
+  env = own;
+  const holder = spawn('sleep', ['60']);
+  try {
+    // a live holder (as a services.sh in the middle of a start would be)
+    mkdirSync(join(dir, 'services.lock'));
+    writeFileSync(join(dir, 'services.lock', 'pid'), String(holder.pid));
+    let done = false;
+    const second = services('stop', 'redis').then((r) => ((done = true), r));
+    const released = new Promise((r) => holder.once('exit', r));
+    await new Promise((r) => setTimeout(r, 1500));
+    expect(done).toBe(false); // still waiting for the holder
+    holder.kill('SIGKILL'); // it dies without unlocking: its lock is stale
+    await released;
+    const r = await second;
+    expect(r.code, r.out).toBe(0);
+    expect(r.out).toContain('waiting for another services.sh');
+    expect(existsSync(join(dir, 'services.lock'))).toBe(false); // unlocked on exit
+  } finally {
+    env = saved;
+    holder.kill('SIGKILL');
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
 function cli(port: number, ...args: string[]): Promise<string> {
   return new Promise((resolve) =>
     execFile('redis-cli', ['-h', '127.0.0.1', '-p', String(port), ...args], (_, out) => resolve(out)),
