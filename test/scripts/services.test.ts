@@ -138,7 +138,6 @@ test('an unknown service name is refused', async () => {
   expect(r.out).toContain('unknown service "nope"');
 });
 
-
 test('start and stop run one at a time: a second one waits for the lock; a dead holder’s lock is taken over', async () => {
   const dir = mkdtempSync(join(tmpdir(), 'leasehold-services-lock-'));
   const own = { LEASEHOLD_SERVICES_DIR: dir, LEASEHOLD_REDIS_PORT: String(await freePort()) };

@@ -37,10 +37,13 @@ export async function until<T>(what: string, probe: () => Promise<T | undefined>
   for (;;) {
     let timer: NodeJS.Timeout | undefined;
     const hung = new Promise<undefined>((resolve) => {
-      timer = setTimeout(() => {
-        last = new Error('the probe did not answer within 5 s');
-        resolve(undefined);
-      }, Math.max(1, Math.min(5000, end - performance.now())));
+      timer = setTimeout(
+        () => {
+          last = new Error('the probe did not answer within 5 s');
+          resolve(undefined);
+        },
+        Math.max(1, Math.min(5000, end - performance.now())),
+      );
     });
     const v = await Promise.race([
       probe().catch((e: unknown) => {
