@@ -58,10 +58,11 @@ async function uncontended() {
   const k2 = advisoryKey(full).toString();
   const pid = String((await raw.query('SELECT pg_backend_pid() AS pid')).rows[0].pid);
   await raw.query(s.bumpEpoch);
+  const ep = (await raw.query(s.epoch)).rows[0] as { epoch: string; started: string };
   const acq = { name: 'lh_quick_acquire', text: s.acquire };
   const rel = { name: 'lh_quick_release', text: s.release };
   await loop("raw, the driver's SQL on one connection (prepared, epoch fence)", async () => {
-    const r = await raw.query({ ...acq, values: [k2, full, null, 'leasehold', pid, 'false'] });
+    const r = await raw.query({ ...acq, values: [k2, full, pid, ep.started, ep.epoch] });
     if (r.rows[0]?.r !== 'got') throw new Error('not granted');
     await raw.query({ ...rel, values: [k2, 'leasehold', full] });
   });

@@ -67,6 +67,26 @@ test('postgres() rejects bad clients and options before any I/O', () => {
   expect(() => postgres(fakePool, { colour: 'red' } as never)).toThrow(InvalidArgumentError);
 });
 
+test('a pool of one connection is refused before any I/O (the lock session would wait on itself)', async () => {
+  const pool = await env.client('pg', 1);
+  const sql = await env.client('postgres.js', 1);
+  const before = pool.totalCount;
+  for (const c of [pool, sql]) {
+    expect(() => postgres(c)).toThrow(InvalidArgumentError);
+    expect(() => postgres(c)).toThrow(/allows 1 connection.*max ≥ 2/);
+  }
+  expect(pool.totalCount - pool.idleCount).toBe(0); // no connection was taken
+  expect(pool.totalCount).toBe(before);
+  // two connections work: the session holds one, the schema check and holder rows use the other
+  const two = await env.client('pg', 2);
+  const locks = createLocks(postgres(two), { ttl: '10s' });
+  const lease = await locks.tryAcquire(`pool-of-two-${uid()}`);
+  expect(lease).not.toBeNull();
+  expect((await locks.inspect(lease!.key))?.fence).toBe(lease!.fence);
+  await lease!.release();
+  await locks.close();
+});
+
 describe.each(KINDS)('session mode (%s)', (kind) => {
   test('acquire bumps the fence only when granted; a refused attempt writes nothing', async () => {
     const key = `leasehold:${uid()}`;

@@ -57,6 +57,16 @@ export function postgres(poolOrSql: PostgresClientLike, opts?: PostgresOptions):
     throw new InvalidArgumentError(`postgres(): migrate must be a boolean, got ${describe(autoMigrate)}`);
   }
   const db = adapt(poolOrSql);
+  // the backend holds one connection as its lock session and runs its other statements (schema
+  // check, holder rows, inspect) on the rest of the pool: a pool of one would wait on itself
+  const max = (poolOrSql as { options?: { max?: unknown } }).options?.max;
+  if (typeof max === 'number' && max < 2) {
+    throw new InvalidArgumentError(
+      `postgres(): the pool allows ${max} connection${max === 1 ? '' : 's'}; the backend holds one as its lock ` +
+        'session and needs at least one more for its other statements: use max ≥ 2 (3 or more lets waiters ' +
+        "queue in the server; a serverless function's pool of 1 can lock with xactLock inside its own transaction)",
+    );
+  }
   const backend = new PostgresBackend({ db, quotedSchema, channel, timeoutMs, autoMigrate });
   const admin = postgresAdmin(db, quotedSchema, channel);
   return Object.assign(backend, admin, {
