@@ -68,8 +68,10 @@ async function uncontended() {
   });
   await raw.end();
 
-  const pool = new pg.Pool({ connectionString: URL, max: 2 });
-  const sql = postgresJs(URL, { max: 2, onnotice: () => {} });
+  // two backends at once below, each holding one connection as its session: room for both, and
+  // for their other statements
+  const pool = new pg.Pool({ connectionString: URL, max: 3 });
+  const sql = postgresJs(URL, { max: 3, onnotice: () => {} });
   for (const [name, client] of [
     ['pg Pool', pool],
     ['postgres.js', sql],

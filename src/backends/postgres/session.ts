@@ -743,11 +743,15 @@ export class PostgresBackend implements Backend {
     // a Locks instance took this backend: open the session now, so the first acquire does not pay
     // for it within its validity (given back after IDLE_MS when unused; a failure is left to it)
     if (!this.closed && !this.conn && !this.connecting) {
+      // the schema check first: it needs a pooled connection of its own, and a small pool could
+      // otherwise have none left once the session took its one
       this.track(
-        this.session().then(
-          () => this.maybeIdle(),
-          () => {},
-        ),
+        this.ensureSchema()
+          .then(() => this.session())
+          .then(
+            () => this.maybeIdle(),
+            () => {},
+          ),
       );
     }
   }
