@@ -1,6 +1,10 @@
 # shellcheck shell=bash
 # ---- cluster: a Redis Cluster of 3 masters + 3 replicas on 127.0.0.1:7301..7306, no persistence.
-# Nodes keep their cluster config (nodes-<port>.conf) in $STATE/cluster; start is idempotent: a
+# Each node has its own directory, $STATE/cluster/<port>, for its cluster config (nodes-<port>.conf)
+# and whatever it writes: a replica's full sync writes the master's data to dump.rdb in its dir,
+# and a node started in a shared dir loaded another node's dump.rdb, claimed the slots of those
+# keys ("Taking responsibility for it") and broke the cluster (the Cluster failures of two CI
+# runs). A node always starts empty (no persistence: its dump.rdb is removed). Start is idempotent: a
 # cluster that is already up and `cluster_state:ok` is left as it is. A cluster that does not reach
 # cluster_state:ok within ~23 s of its nodes being up (LEASEHOLD_CLUSTER_CONVERGE_TRIES x 0.2 s + 3 s)
 # is diagnosed (stderr and $STATE/cluster/recreated.log) and created afresh: it holds test data only.
@@ -16,14 +20,15 @@ cluster_ok() { # every node answers and reports cluster_state:ok
 }
 
 cluster_start_port() { # port
-  local port=$1 dir="$STATE/cluster"
+  local port=$1 dir="$STATE/cluster/$1"
   redis_up "$port" && return 0
   mkdir -p "$dir"
+  rm -f "$dir/dump.rdb" # test data only: a node comes back empty, as after a crash without persistence
   log "starting cluster node on $port"
   redis-server --daemonize yes --bind 127.0.0.1 --port "$port" --save "" --appendonly no \
     --cluster-enabled yes --cluster-config-file "nodes-$port.conf" --cluster-node-timeout 2000 \
     --repl-diskless-sync-delay 0 \
-    --dir "$dir" --logfile "$dir/redis-$port.log" --pidfile "$STATE/redis-$port.pid" ||
+    --dir "$dir" --logfile "$dir/redis.log" --pidfile "$STATE/redis-$port.pid" ||
     cluster_fail "redis-server on $port did not start"
 }
 
@@ -81,7 +86,7 @@ cluster_diagnose() { # headline
         "$(redis-cli -h 127.0.0.1 -p "$port" cluster info | grep -E '^cluster_(state|slots_ok|slots_pfail|slots_fail|known_nodes|current_epoch):' | tr -d '\r' | tr '\n' ' ')" \
         "$(redis-cli -h 127.0.0.1 -p "$port" cluster nodes | grep myself | cut -d' ' -f1-3,9-)"
     else
-      printf '  %s: down; its log ends: %s\n' "$port" "$(tail -n 4 "$STATE/cluster/redis-$port.log" 2>/dev/null | tr '\n' '|')"
+      printf '  %s: down; its log ends: %s\n' "$port" "$(tail -n 4 "$STATE/cluster/$port/redis.log" 2>/dev/null | tr '\n' '|')"
     fi
   done
 }
@@ -102,7 +107,7 @@ svc_cluster_stop() {
     stop_pidfile "cluster node $port" "$STATE/redis-$port.pid" "redis-server.*:$port "
   done
   # a cluster's node ids live in these files: stopped nodes start as a fresh cluster next time
-  rm -f "$STATE"/cluster/nodes-*.conf
+  rm -f "$STATE"/cluster/*/nodes-*.conf "$STATE"/cluster/*/dump.rdb "$STATE"/cluster/nodes-*.conf "$STATE"/cluster/dump.rdb
 }
 
 svc_cluster_status() {

@@ -34,8 +34,12 @@ svc_sentinel_start() {
     if [ "$port" != "$first" ] || { master_port=$(sentinel_master_addr | awk '{print $2}') && [ -n "$master_port" ] && [ "$master_port" != "$port" ]; }; then
       extra=(--replicaof 127.0.0.1 "${master_port:-$first}")
     fi
+    # its own dir, started empty: a replica's full sync writes dump.rdb there, and a master that
+    # loaded it on a restart would bring back locks long gone (no persistence is meant)
+    mkdir -p "$dir/$port"
+    rm -f "$dir/$port/dump.rdb"
     redis-server --daemonize yes --bind 127.0.0.1 --port "$port" --save "" --appendonly no \
-      --dir "$dir" --logfile "$dir/redis-$port.log" --pidfile "$STATE/redis-$port.pid" "${extra[@]}"
+      --dir "$dir/$port" --logfile "$dir/redis-$port.log" --pidfile "$STATE/redis-$port.pid" "${extra[@]}"
   done
   for port in $SENTINEL_DATA_PORTS; do wait_for "sentinel-data-$port" redis_up "$port"; done
   for port in $SENTINEL_PORTS; do

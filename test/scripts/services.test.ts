@@ -30,7 +30,9 @@ function ping(port: number): Promise<boolean> {
 }
 
 afterAll(async () => {
-  await services('stop', 'redis', 'redlock', 'etcd', 'etcd-cluster'); // in case a test failed half-way
+  // in case a test failed half-way; only the private servers (a run filtered with -t may never
+  // have set the private state dir: a stop then would end the shared services)
+  if (env.LEASEHOLD_SERVICES_DIR === state) await services('stop', 'redis', 'redlock', 'etcd', 'etcd-cluster');
   for (const p of foreign) p.kill('SIGKILL');
   rmSync(state, { recursive: true, force: true });
 });
