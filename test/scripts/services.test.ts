@@ -225,6 +225,30 @@ test('cluster: start creates a 3+3 Redis Cluster once, a second start leaves it 
     const fresh = await cli(ports[0]!, 'cluster', 'info');
     expect(fresh).toMatch(/cluster_state:ok/);
     expect(fresh).toMatch(/cluster_slots_assigned:16384\b/);
+
+    // every node has its own directory and starts empty. A replica's full sync writes its master's
+    // keys to dump.rdb in its directory; when the nodes shared one, a cluster created afresh loaded
+    // those keys, its nodes claimed their slots and the create failed ("Node … is not empty")
+    for (let i = 0; i < 100; i++) await cli(ports[0]!, '-c', 'set', `k${i}`, 'v');
+    const replica = (await cli(ports[0]!, 'cluster', 'nodes'))
+      .split('\n')
+      .filter((l) => / slave /.test(l))
+      .map((l) => Number(/:(\d+)@/.exec(l)![1]))[0]!;
+    process.kill(Number(readFileSync(join(state, `redis-${replica}.pid`), 'utf8').trim()), 'SIGKILL');
+    while (await ping(replica)) await new Promise((r) => setTimeout(r, 50));
+    const back = await services('start', 'cluster'); // the replica comes back and syncs in full
+    expect(back.code, back.out).toBe(0);
+    const dump = join(state, 'cluster', String(replica), 'dump.rdb');
+    for (let i = 0; i < 200 && !existsSync(dump); i++) await new Promise((r) => setTimeout(r, 50));
+    expect(existsSync(dump), 'the full sync wrote the master’s data in the replica’s own directory').toBe(true);
+    expect((await services('stop', 'cluster')).code).toBe(0);
+    const recreated = await services('start', 'cluster');
+    expect(recreated.code, recreated.out).toBe(0);
+    expect(recreated.out).toContain('creating the cluster');
+    for (const p of ports) {
+      expect(await cli(p, 'cluster', 'info')).toMatch(/cluster_state:ok/);
+      expect((await cli(p, 'dbsize')).trim()).toBe('0'); // started empty
+    }
   } finally {
     const stopped = await services('stop', 'cluster');
     expect(stopped.code, stopped.out).toBe(0);
