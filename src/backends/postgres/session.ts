@@ -42,13 +42,13 @@ interface Held {
   readonly key: string;
   readonly token: string;
   readonly lockKey: string;
-  /** `classid:objid`, as pg_locks shows the lock. */
-  readonly part: string;
   readonly fence: bigint;
   readonly conn: Conn;
   state: 'held' | 'releasing' | 'lost';
   /** Releases the lock when its validity runs out without an extension. */
   timer: NodeJS.Timeout | null;
+  /** The holder value its row is written with (null: none). */
+  value: string | null;
 }
 
 /**
@@ -111,6 +111,7 @@ export class TransactionPoolerError extends LeaseholdError {
   }
 }
 
+/** `classid:objid`, as pg_locks shows the lock. */
 const part = (lockKey: string) => {
   const { classid, objid } = lockParts(BigInt(lockKey));
   return `${classid}:${objid}`;
@@ -157,6 +158,8 @@ export class PostgresBackend implements Backend {
   private readonly watched = new Map<string, number>();
   private watchTimer: NodeJS.Timeout | null = null;
   private schemaReady: Promise<void> | null = null;
+  /** The schema check passed (attempts skip it without a microtask turn). */
+  private schemaOk = false;
   private closed = false;
 
   constructor(private readonly config: SessionConfig) {
@@ -185,12 +188,8 @@ export class PostgresBackend implements Backend {
 
   /** `calledAt`: the validity counts from the call, not from the statement (as the engine's does). */
   private async attempt(key: string, request: AcquireRequest, calledAt: number): Promise<Grant | null> {
-    await this.ensureSchema();
+    if (!this.schemaOk) await this.ensureSchema();
     const mark = this.notifier.mark();
-    const refused = () => {
-      if (request.queue) this.notifier.failedAttempt(key, mark, false);
-      return null;
-    };
     const w = this.waits.get(key);
     if (w) {
       // our place in the server's queue: granted (claim it) or still waiting (keep it, no I/O)
@@ -200,7 +199,7 @@ export class PostgresBackend implements Backend {
       }
       this.cancelWait(w);
     }
-    if (this.held.has(key) || this.acquiring.has(key)) return refused(); // ours already
+    if (this.held.has(key) || this.acquiring.has(key)) return this.refused(key, request, mark); // ours already
     const hinted = request.queue && (this.contended.get(key) ?? -Infinity) > performance.now() - CONTENDED_MS;
     if (hinted && !this.closed) {
       // a key this backend waited for lately: straight into the server's queue (one statement:
@@ -211,10 +210,11 @@ export class PostgresBackend implements Backend {
     this.acquiring.add(key);
     try {
       const lockKey = advisoryKey(key).toString();
-      const conn = await this.session();
+      // no await (no extra microtask turn) when the session and its epoch are known
+      const conn = this.liveSession() ?? (await this.session());
       let row: Row | undefined;
       try {
-        const ep = await this.epochOf(conn);
+        const ep = this.epochs.get(conn) ?? (await this.epochOf(conn));
         const params = [lockKey, key, String(this.pids.get(conn)), ep.started, ep.epoch];
         row = (await timed(conn.prepared(this.sql.acquire, params), this.config.timeoutMs, 'acquire'))[0];
       } catch (e) {
@@ -222,13 +222,12 @@ export class PostgresBackend implements Backend {
         throw backendError(e, 'acquire');
       }
       const r = this.checkRow(conn, row);
-      if (r === 'got') {
-        const held = this.newHeld(key, request.token, lockKey, BigInt(String(row!.fence)), conn);
-        return await this.granted(held, request, calledAt);
-      }
-      if (r === 'window') {
-        remember(this.windowLeft, key, Number(row!.wait));
-        return refused();
+      if (r !== 'held') {
+        if (r.charCodeAt(0) === 119) {
+          remember(this.windowLeft, key, Number(r.slice(1)));
+          return this.refused(key, request, mark);
+        }
+        return await this.granted(this.newHeld(key, request.token, lockKey, BigInt(r), conn), request, calledAt);
       }
       if (request.queue && !this.closed) {
         // take a place in the server's queue now: arrival order is the order of refusals
@@ -239,17 +238,29 @@ export class PostgresBackend implements Backend {
         // no waiter connection: poll, with releases of this key NOTIFYing (attended for 60 s)
         this.track(this.db.query(this.sql.attend, [key, lockKey, '60000']).catch(() => {}));
       }
-      return refused();
+      return this.refused(key, request, mark);
     } finally {
       this.acquiring.delete(key);
       this.maybeIdle();
     }
   }
 
-  /** The answer of a lock statement: 'got', 'held' or 'window'; a moved or restarted session throws. */
-  private checkRow(conn: Conn, row: Row | undefined): 'got' | 'held' | 'window' {
+  /** A refused attempt of a caller that will wait: its NOTIFY wake-up is armed (no new subscription). */
+  private refused(key: string, request: AcquireRequest, mark: number): null {
+    if (request.queue) this.notifier.failedAttempt(key, mark, false);
+    return null;
+  }
+
+  /**
+   * The answer of a lock statement: a fence (decimal digits: granted), 'held' or `w<ms>` (a
+   * window); a moved or restarted session throws.
+   */
+  private checkRow(conn: Conn, row: Row | undefined): string {
     const r = row?.r;
-    if (r === 'got' || r === 'held' || r === 'window') return r;
+    if (typeof r === 'string' && r.length > 0) {
+      const c = r.charCodeAt(0);
+      if ((c >= 48 && c <= 57) || r === 'held' || c === 119) return r;
+    }
     if (r === 'moved') {
       this.pooled = new TransactionPoolerError('a statement on the lock connection ran on another server session');
       this.fail(conn, this.pooled);
@@ -262,7 +273,7 @@ export class PostgresBackend implements Backend {
   }
 
   private newHeld(key: string, token: string, lockKey: string, fence: bigint, conn: Conn): Held {
-    return { key, token, lockKey, part: part(lockKey), fence, conn, state: 'held', timer: null };
+    return { key, token, lockKey, fence, conn, state: 'held', timer: null, value: null };
   }
 
   /** A lock this session got: a lease, unless it came too late or the backend closed meanwhile. */
@@ -300,13 +311,12 @@ export class PostgresBackend implements Backend {
    */
   private record(held: Held, value: string | null): void {
     this.records.set(held.key, held);
-    this.values.set(held, value);
+    held.value = value;
     this.recordTimer ??= setTimeout(() => {
       this.recordTimer = null;
       this.track(this.flushRecords());
     }, RECORD_MS);
   }
-  private readonly values = new WeakMap<Held, string | null>();
 
   private flushRecords(only?: string): Promise<void> {
     const p = this.writeRecords(only);
@@ -327,7 +337,7 @@ export class PostgresBackend implements Backend {
             h.key,
             h.fence.toString(),
             String(this.pids.get(h.conn)),
-            this.values.get(h) ?? null,
+            h.value,
             h.lockKey,
             this.config.channel,
           ];
@@ -425,16 +435,16 @@ export class PostgresBackend implements Backend {
         return;
       }
       const r = this.checkRow(conn, row);
-      if (r === 'got') {
+      if (r !== 'held' && r.charCodeAt(0) !== 119) {
         w.state = 'granted';
-        w.fence = BigInt(String(row!.fence));
+        w.fence = BigInt(r);
         this.queueGrants++;
         remember(this.contended, w.key, performance.now());
         w.claimTimer = setTimeout(() => this.cancelWait(w), CLAIM_MS);
         w.claimTimer.unref();
         return;
       }
-      if (r === 'window') remember(this.windowLeft, w.key, Number(row!.wait));
+      if (r !== 'held') remember(this.windowLeft, w.key, Number(r.slice(1)));
       spare = true;
     } catch (e) {
       // lock_timeout (55P03) leaves a healthy connection; anything else ends it
@@ -549,7 +559,7 @@ export class PostgresBackend implements Backend {
     for (const i of idx) {
       const h = this.held.get(items[i]!.key);
       if (!h || h.conn !== conn || h.state !== 'held') continue;
-      if (here.has(h.part)) {
+      if (here.has(part(h.lockKey))) {
         this.expireAt(h, sentAt + items[i]!.ttlMs);
         out[i] = true;
       } else {
@@ -794,12 +804,17 @@ export class PostgresBackend implements Backend {
 
   /** Creates the tables on first use (unless `migrate: false`); cached, retried after failure. */
   ensureSchema(): Promise<void> {
-    if (!this.config.autoMigrate) return Promise.resolve();
+    if (!this.config.autoMigrate) {
+      this.schemaOk = true;
+      return Promise.resolve();
+    }
     if (!this.schemaReady) {
       const { quotedSchema, timeoutMs } = this.config;
       const run = async () => {
-        if (await tablesExist(this.db, quotedSchema)) return;
-        await this.db.transaction((tx) => createTables(tx, quotedSchema));
+        if (!(await tablesExist(this.db, quotedSchema))) {
+          await this.db.transaction((tx) => createTables(tx, quotedSchema));
+        }
+        this.schemaOk = true;
       };
       this.schemaReady = timed(run(), Math.max(timeoutMs, 30_000), 'migrate').catch((e) => {
         this.schemaReady = null;
@@ -810,6 +825,14 @@ export class PostgresBackend implements Backend {
   }
 
   /** The dedicated connection, taken from the pool when there is none. */
+  /** The open session connection, if there is one (and no pooler was seen); keeps it from idling out. */
+  private liveSession(): Conn | null {
+    const c = this.conn;
+    if (!c || c.closed || this.pooled) return null;
+    this.idleSince = performance.now(); // in use: the idle timer, if armed, waits on
+    return c;
+  }
+
   private async session(): Promise<Conn> {
     if (this.idle) clearTimeout(this.idle);
     this.idle = null;
@@ -894,12 +917,23 @@ export class PostgresBackend implements Backend {
 
   /** Nothing held, nothing in flight: give the connection back after IDLE_MS. */
   private maybeIdle(): void {
-    if (this.closed || this.idle || this.held.size > 0 || this.acquiring.size > 0 || this.waits.size > 0) return;
+    if (this.closed || this.held.size > 0 || this.acquiring.size > 0 || this.waits.size > 0) return;
     if (!this.conn && this.spares.length === 0) return;
+    // one timer for a run of uses (not one per release): it re-arms for what is left of IDLE_MS
+    this.idleSince = performance.now();
+    if (!this.idle) this.armIdle(IDLE_MS);
+  }
+
+  private idleSince = 0;
+
+  private armIdle(ms: number): void {
     this.idle = setTimeout(() => {
       this.idle = null;
-      if (this.held.size === 0 && this.acquiring.size === 0 && this.waits.size === 0) this.track(this.giveBack());
-    }, IDLE_MS);
+      if (this.closed || this.held.size > 0 || this.acquiring.size > 0 || this.waits.size > 0) return;
+      const left = this.idleSince + IDLE_MS - performance.now();
+      if (left > 1) this.armIdle(left);
+      else this.track(this.giveBack());
+    }, ms);
     this.idle.unref();
   }
 
@@ -936,7 +970,7 @@ export class PostgresBackend implements Backend {
 
   /** Gives up on the session: every lease on it is lost; a half-open server session is ended. */
   private fail(conn: Conn, cause: unknown): void {
-    const mine = [...this.held.values()].filter((h) => h.conn === conn).map((h) => h.part);
+    const mine = [...this.held.values()].filter((h) => h.conn === conn).map((h) => part(h.lockKey));
     const wasOpen = !conn.closed;
     this.sessionEnded(conn, cause);
     if (wasOpen) this.track(this.terminate(this.pids.get(conn) ?? conn.pid, mine));
@@ -952,6 +986,7 @@ export class PostgresBackend implements Backend {
     if (state === '42P01') {
       // the tables (or the sequence) are gone: re-created on the next use, with a new epoch
       this.schemaReady = null;
+      this.schemaOk = false;
       this.epochs = new WeakMap();
     }
     if (conn.closed || !state || state.startsWith('08') || state.startsWith('57')) return this.fail(conn, e);

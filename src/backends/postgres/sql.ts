@@ -49,14 +49,15 @@ export interface Statements {
   readonly results: string;
   /**
    * $1 advisory key, $2 key, $3 the session's server pid, $4 the server's start (µs, as `epoch`
-   * read it), $5 the epoch → { r, fence, wait }: r = 'got' (fence set), 'held', 'window' (wait =
-   * ms left), 'moved' (the statement ran on another server session: a transaction pooler;
-   * nothing was locked), 'restarted' (another server start than the epoch's). Writes nothing.
+   * read it), $5 the epoch → { r }: r = the fence (decimal digits: granted), 'held', `w<ms>` (a
+   * runExclusive window has ms left), 'moved' (the statement ran on another server session: a
+   * transaction pooler; nothing was locked), 'restarted' (another server start than the
+   * epoch's). Writes nothing.
    */
   readonly acquire: string;
   /**
    * Like `acquire`, but waits in the server's lock queue (`pg_advisory_lock`, FIFO, woken alone
-   * when its turn comes), for at most $6 ms (lock_timeout): r = 'got', 'window', 'moved',
+   * when its turn comes), for at most $6 ms (lock_timeout): r = a fence, `w<ms>`, 'moved',
    * 'restarted'; a lock_timeout is an error (55P03).
    */
   readonly waitLock: string;
@@ -142,29 +143,29 @@ export function statements(quotedSchema: string): Statements {
       RETURNING h.fence)`;
   const leftMs = (col: string) => `GREATEST(0, ceil(extract(epoch FROM ${col} - clock_timestamp()) * 1000))::int8`;
   const startedUs = `(extract(epoch FROM pg_postmaster_start_time()) * 1000000)::int8`;
-  // One statement, no row written: the session guard, the lock, the window check, the fence.
-  const lockStatement = (lockCall: string, from: string) => `WITH l AS (SELECT CASE
+  // One statement, no row written: the session guard, the lock, the window check, the fence. One
+  // expression, one text column (no CTE, no second column: the cheapest statement for the server
+  // to start and the client to read); CASE evaluates its branches in order, so the lock is taken
+  // only after the guards pass and the fence is drawn only for a granted lock.
+  const lockStatement = (lockCall: string, first = '') => `SELECT CASE${first}
         WHEN pg_backend_pid() <> $3::int4 THEN 'moved'
         WHEN ${startedUs} <> $4::int8 THEN 'restarted'
         WHEN NOT ${lockCall} THEN 'held'
         WHEN EXISTS (SELECT 1 FROM ${windows} WHERE key = $2::text AND until > clock_timestamp())
-          THEN CASE WHEN pg_advisory_unlock($1::int8) THEN 'window' END
-        ELSE 'got' END AS r${from})
-      SELECT l.r, CASE WHEN l.r = 'got' THEN ${nextFence('$5::int8')}::text END AS fence,
-        CASE WHEN l.r = 'window' THEN (SELECT ${leftMs('until')} FROM ${windows}
-          WHERE key = $2::text AND until > clock_timestamp()) END AS wait
-      FROM l`;
+          THEN CASE WHEN pg_advisory_unlock($1::int8) THEN 'w' || COALESCE((SELECT ${leftMs('until')}
+            FROM ${windows} WHERE key = $2::text AND until > clock_timestamp()), 0) END
+        ELSE (${nextFence('$5::int8')})::text END AS r`;
   s = {
     fences,
     seen,
     holders,
     windows,
     results,
-    acquire: lockStatement('pg_try_advisory_lock($1::int8)', ''),
-    // lock_timeout is set (for this session) before the lock call, in the CTE scanned first
+    acquire: lockStatement('pg_try_advisory_lock($1::int8)'),
+    // lock_timeout is set (for this session) before the lock call: the first branch, never taken
     waitLock: lockStatement(
       '(pg_advisory_lock($1::int8) IS NOT NULL)',
-      ` FROM (SELECT set_config('lock_timeout', $6::int8::text, false)) t`,
+      `\n        WHEN set_config('lock_timeout', $6::int8::text, false) IS NULL THEN NULL`,
     ),
     epoch: `SELECT epoch::text AS epoch, ${startedUs}::text AS started FROM ${epochs}
       WHERE id = 1 AND started = pg_postmaster_start_time()`,
@@ -197,10 +198,10 @@ export function statements(quotedSchema: string): Statements {
         WHERE x.started IS DISTINCT FROM excluded.started`,
     heldHere: `SELECT classid::int8::text || ':' || objid::int8::text AS k FROM pg_locks
       WHERE pid = pg_backend_pid() AND locktype = 'advisory' AND objsubid = 1 AND granted`,
-    release: `WITH u AS (SELECT pg_advisory_unlock($1::int8) AS ok)
-      SELECT u.ok, CASE WHEN u.ok AND EXISTS (SELECT 1 FROM ${holders} WHERE key = $3::text
-          AND attn > clock_timestamp()) THEN pg_notify($2::text, $1::int8::text) END AS n,
-        pg_backend_pid() AS pid FROM u`,
+    release: `SELECT CASE WHEN NOT pg_advisory_unlock($1::int8) THEN false
+        WHEN EXISTS (SELECT 1 FROM ${holders} WHERE key = $3::text AND attn > clock_timestamp())
+          THEN pg_notify($2::text, $1::int8::text) IS NOT NULL
+        ELSE true END AS ok, pg_backend_pid() AS pid`,
     attend: `INSERT INTO ${holders} AS h (key, fence, pid, value, lk, attn)
       VALUES ($1::text, 0, 0, NULL, $2::int8, clock_timestamp() + $3::int8 * interval '1 millisecond')
       ON CONFLICT (key) DO UPDATE SET attn = GREATEST(h.attn, excluded.attn)`,
