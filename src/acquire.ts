@@ -15,6 +15,9 @@ import { channels, emit } from './events.js';
 import { driftMs } from './lease.js';
 import { anySignal, backoffDelay, LinkedSignal, now, race, sleep, TurnQueue, type Backoff } from './wait.js';
 
+/** Why a pause ended early: a local lease on its key settled (never surfaced to a caller). */
+const KICKED = Symbol('leasehold: kicked');
+
 export interface Parsed {
   key: string;
   fullKey: string;
@@ -44,7 +47,8 @@ export class Acquirer {
 
   /** Someone in this process may take `fullKey` now (a lease on it settled). */
   kick(fullKey: string): void {
-    this.kicks.get(fullKey)?.abort();
+    // a constant reason: a pause ends quietly, and abort() without one builds a DOMException
+    this.kicks.get(fullKey)?.abort(KICKED);
   }
 
   /** One acquire attempt, bounded; a late grant is released, a late refusal leaves the queue. */
