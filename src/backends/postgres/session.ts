@@ -811,15 +811,20 @@ export class PostgresBackend implements Backend {
     if (!this.schemaReady) {
       const { quotedSchema, timeoutMs } = this.config;
       const run = async () => {
-        if (!(await tablesExist(this.db, quotedSchema))) {
-          await this.db.transaction((tx) => createTables(tx, quotedSchema));
-        }
-        this.schemaOk = true;
+        if (await tablesExist(this.db, quotedSchema)) return;
+        await this.db.transaction((tx) => createTables(tx, quotedSchema));
       };
-      this.schemaReady = timed(run(), Math.max(timeoutMs, 30_000), 'migrate').catch((e) => {
-        this.schemaReady = null;
-        throw schemaError(e);
-      });
+      const ready: Promise<void> = timed(run(), Math.max(timeoutMs, 30_000), 'migrate').then(
+        () => {
+          // not a check that a 42P01 since made stale (afterFailure started a new one)
+          if (this.schemaReady === ready) this.schemaOk = true;
+        },
+        (e) => {
+          if (this.schemaReady === ready) this.schemaReady = null;
+          throw schemaError(e);
+        },
+      );
+      this.schemaReady = ready;
     }
     return this.schemaReady;
   }
