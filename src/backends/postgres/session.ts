@@ -829,7 +829,6 @@ export class PostgresBackend implements Backend {
     return this.schemaReady;
   }
 
-  /** The dedicated connection, taken from the pool when there is none. */
   /** The open session connection, if there is one (and no pooler was seen); keeps it from idling out. */
   private liveSession(): Conn | null {
     const c = this.conn;
@@ -838,6 +837,7 @@ export class PostgresBackend implements Backend {
     return c;
   }
 
+  /** The dedicated connection, taken from the pool when there is none. */
   private async session(): Promise<Conn> {
     if (this.idle) clearTimeout(this.idle);
     this.idle = null;
