@@ -922,7 +922,7 @@ export class PostgresBackend implements Backend {
 
   /** Nothing held, nothing in flight: give the connection back after IDLE_MS. */
   private maybeIdle(): void {
-    if (this.closed || this.held.size > 0 || this.acquiring.size > 0 || this.waits.size > 0) return;
+    if (this.busy()) return;
     if (!this.conn && this.spares.length === 0) return;
     // one timer for a run of uses (not one per release): it re-arms for what is left of IDLE_MS
     this.idleSince = performance.now();
@@ -931,10 +931,15 @@ export class PostgresBackend implements Backend {
 
   private idleSince = 0;
 
+  /** Closed, or something held, being acquired or waited for: the session stays. */
+  private busy(): boolean {
+    return this.closed || this.held.size > 0 || this.acquiring.size > 0 || this.waits.size > 0;
+  }
+
   private armIdle(ms: number): void {
     this.idle = setTimeout(() => {
       this.idle = null;
-      if (this.closed || this.held.size > 0 || this.acquiring.size > 0 || this.waits.size > 0) return;
+      if (this.busy()) return;
       const left = this.idleSince + IDLE_MS - performance.now();
       if (left > 1) this.armIdle(left);
       else this.track(this.giveBack());
