@@ -42,11 +42,21 @@ export interface AcquireHost {
 export class Acquirer {
   private readonly turns = new TurnQueue();
   private readonly kicks = new Map<string, LinkedSignal>();
+  /** Per key: this process's leases that have not settled yet (each one kicks once). */
+  private readonly local = new Map<string, number>();
 
   constructor(private readonly host: AcquireHost) {}
 
+  /** A lease on `fullKey` was granted here: it kicks the key's waiter when it settles. */
+  held(fullKey: string): void {
+    this.local.set(fullKey, (this.local.get(fullKey) ?? 0) + 1);
+  }
+
   /** Someone in this process may take `fullKey` now (a lease on it settled). */
   kick(fullKey: string): void {
+    const n = this.local.get(fullKey) ?? 0;
+    if (n > 1) this.local.set(fullKey, n - 1);
+    else this.local.delete(fullKey);
     // a constant reason: a pause ends quietly, and abort() without one builds a DOMException
     this.kicks.get(fullKey)?.abort(KICKED);
   }
@@ -73,6 +83,17 @@ export class Acquirer {
       () => backend.acquire(p.fullKey, { token, ttlMs: p.ttlMs, queue, value: p.value, renew: p.renew }),
       o,
     );
+  }
+
+  /** The driver's `handedOver` (no I/O); null when it has none, knows of none, or throws. */
+  private handedOver(p: Parsed, token: string): Grant | null {
+    const { backend } = this.host;
+    if (!backend.handedOver) return null;
+    try {
+      return backend.handedOver(p.fullKey, { token, ttlMs: p.ttlMs, queue: true, value: p.value, renew: p.renew });
+    } catch {
+      return null;
+    }
   }
 
   /** An attempt whose QuorumError is returned rather than thrown: the wait retries it. */
@@ -169,6 +190,13 @@ export class Acquirer {
           }
           if (all.signal.aborted) throw all.signal.reason;
           const sentAt = now();
+          // a grant a release handed to us while we paused, known without a round trip
+          const handed = queued ? this.handedOver(p, token) : null;
+          if (handed) {
+            const lease = this.granted(p, token, handed, sentAt, started, attempt);
+            outcome = 'acquired';
+            return lease;
+          }
           // bounded by the caller's signal, the deadline and close() (all three in `all`)
           const g = await this.attemptOrQuorum(
             p,
@@ -207,9 +235,12 @@ export class Acquirer {
    * for a jittered backoff; never past `signal`.
    */
   private async pause(p: Parsed, signal: AbortSignal, attempt: number, backoff = false): Promise<void> {
-    // aborted by `signal` or by a kick (a local release): one controller per pause
-    const both = anySignal([signal]);
-    this.kicks.set(p.fullKey, both);
+    // aborted by `signal`, or by a kick (a local lease on the key settled): a controller of its
+    // own only while such a lease exists (none can be granted meanwhile: this wait holds the
+    // key's local turn), so a waiter on another process's lock allocates none
+    const both = this.local.has(p.fullKey) ? anySignal([signal]) : null;
+    if (both) this.kicks.set(p.fullKey, both);
+    const s = both ? both.signal : signal;
     const { backend } = this.host;
     try {
       if (backend.waitForChange && !backoff) {
@@ -217,18 +248,20 @@ export class Acquirer {
         const maxMs = Math.max(1, Math.floor(p.ttlMs / 3));
         let wait: Promise<void>;
         try {
-          wait = backend.waitForChange(p.fullKey, both.signal, maxMs);
+          wait = backend.waitForChange(p.fullKey, s, maxMs);
         } catch {
-          wait = sleep(maxMs, both.signal);
+          wait = sleep(maxMs, s);
         }
         // the engine enforces the contract: a driver stuck on a hung client cannot hold us
-        await race(wait, { ms: maxMs + 10, signal: both.signal }).catch(() => {});
+        await race(wait, { ms: maxMs + 10, signal: s }).catch(() => {});
       } else {
-        await sleep(backoffDelay(this.host.retry, attempt - 1), both.signal);
+        await sleep(backoffDelay(this.host.retry, attempt - 1), s);
       }
     } finally {
-      both.dispose();
-      if (this.kicks.get(p.fullKey) === both) this.kicks.delete(p.fullKey);
+      if (both) {
+        both.dispose();
+        if (this.kicks.get(p.fullKey) === both) this.kicks.delete(p.fullKey);
+      }
     }
   }
 

@@ -128,6 +128,13 @@ export interface Backend {
    * first; resolves early (never rejects) when `signal` aborts.
    */
   waitForChange?(key: string, signal: AbortSignal, maxMs: number): Promise<void>;
+  /**
+   * After a wait: the grant a release already handed to this waiter (`request.token`) and told
+   * it of (a hand-over message), when the backend knows it holds without a round trip; null
+   * otherwise (the engine then makes an attempt, which confirms a hand-over it could not take
+   * here). No I/O, never throws. The engine calls it in place of an attempt after a pause.
+   */
+  handedOver?(key: string, request: AcquireRequest): Grant | null;
   inspect?(key: string): Promise<LockInfo | null>;
   /**
    * The locks held under a full-key prefix (e.g. `leasehold:` or `leasehold:order:`), each as

@@ -244,6 +244,7 @@ export class LeaseImpl implements Lease {
     this.#state = 'released';
     this.#host.untrack(this);
     this.#ctrl?.abort();
+    this.#host.settled(this); // a local waiter attempts again (and learns how long the window lasts)
   }
 
   async [Symbol.asyncDispose](): Promise<void> {

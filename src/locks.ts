@@ -215,6 +215,7 @@ class LocksImpl implements Locks, LeaseHost {
     const lease = new LeaseImpl(this, p.key, p.fullKey, token, g.fence, p.ttlMs, p.renew, sentAt);
     if (g.expiresAt !== undefined && g.session === undefined) lease.claimedUntil(g.expiresAt);
     this.held.add(lease);
+    this.acquirer.held(p.fullKey);
     this.keeper.add(lease, g.session, sentAt); // a lease that hangs off a session is renewed with it
     if (channels.acquire.hasSubscribers) {
       emit(channels.acquire, { backend: this.backend.name, key: p.key, fence: g.fence, waitedMs, attempts });

@@ -271,3 +271,88 @@ test('withLock rejects with LEASEHOLD_CLOSED when close() released its lease whi
   release();
   await expect(running).rejects.toMatchObject({ code: 'LEASEHOLD_CLOSED' });
 });
+
+describe('local waiters', () => {
+  /** A real memory backend whose waits hear nothing: a waiter returns only at its bound or abort. */
+  function deaf(store = new MemoryStore()) {
+    const inner = memory({ store });
+    const waits = { count: 0 };
+    const backend: Backend = {
+      name: 'deaf',
+      capabilities: inner.capabilities,
+      acquire: (k, r) => inner.acquire(k, r),
+      extend: (items) => inner.extend(items),
+      release: (k, t) => inner.release(k, t),
+      leave: (k, t) => inner.leave!(k, t),
+      waitForChange: (_k, signal, maxMs) => {
+        waits.count++;
+        return new Promise<void>((resolve) => {
+          const t = setTimeout(resolve, maxMs);
+          signal.addEventListener('abort', () => (clearTimeout(t), resolve()), { once: true });
+        });
+      },
+      close: () => inner.close(),
+    };
+    return { backend, store, waits };
+  }
+  /** The pauses of `locks` that a local release can end (the engine's kick controllers). */
+  const kickable = (locks: Locks) => (locks as unknown as { acquirer: { kicks: Map<string, unknown> } }).acquirer.kicks;
+  async function until(f: () => boolean, ms = 5000): Promise<void> {
+    const end = performance.now() + ms;
+    while (!f()) {
+      if (performance.now() > end) throw new Error('timed out');
+      await sleep(5);
+    }
+  }
+
+  test('a local release ends a local waiter’s pause at once, though the backend sends no wake-up', async () => {
+    const { backend, waits } = deaf();
+    const locks = make(backend, { ttl: '30s' }); // a pause lasts up to ttl/3 = 10 s
+    const a = await locks.acquire('k');
+    const waiting = locks.acquire('k', { wait: '20s' });
+    await until(() => kickable(locks).size === 1 && waits.count === 1); // paused, kickable
+    const t0 = performance.now();
+    await a.release();
+    const b = await waiting;
+    expect(performance.now() - t0).toBeLessThan(1000);
+    expect(b.fence > a.fence).toBe(true);
+    expect(kickable(locks).size).toBe(0);
+    await b.release();
+  });
+
+  test('every lease settles its key’s count once: released, lost or detached by lockAtLeastFor', async () => {
+    const store = new MemoryStore();
+    const locks = make(memory({ store }), { ttl: '300ms' });
+    const local = (locks as unknown as { acquirer: { local: Map<string, number> } }).acquirer.local;
+    const released = await locks.acquire('released');
+    const lost = await locks.acquire('lost');
+    expect([...local.keys()].sort()).toEqual(['leasehold:lost', 'leasehold:released']);
+    await released.release();
+    await released.release(); // a second release changes nothing
+    store.locks.delete('leasehold:lost'); // broken from outside: the next renewal finds out
+    await new Promise((r) => lost.signal.addEventListener('abort', r, { once: true }));
+    await until(() => !local.has('leasehold:lost'));
+    await locks.runExclusive(
+      'window',
+      async () => {
+        expect(local.get('leasehold:window')).toBe(1);
+      },
+      { lockAtLeastFor: '200ms' },
+    );
+    expect(local.size).toBe(0);
+  });
+
+  test('a waiter on another instance’s lock pauses without a kick controller; it still gets the lock', async () => {
+    const { backend, store, waits } = deaf();
+    const other = make(deaf(store).backend, { ttl: '3s' });
+    const locks = make(backend, { ttl: '3s' }); // a pause lasts up to 1 s
+    const a = await other.acquire('k');
+    const waiting = locks.acquire('k', { wait: '20s' });
+    await until(() => waits.count === 1);
+    expect(kickable(locks).size).toBe(0);
+    await a.release();
+    const b = await waiting; // at its pause's bound: nothing in this process could wake it sooner
+    expect(b.fence > a.fence).toBe(true);
+    await b.release();
+  });
+});

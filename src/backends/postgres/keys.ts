@@ -5,20 +5,14 @@
  * signed big-endian 64-bit integer: the same on every Node version, every Postgres release and
  * both client libraries (unlike `hashtext`, which is 32-bit, undocumented and has changed).
  */
-import * as crypto from 'node:crypto';
 import { InvalidArgumentError } from '../../errors.js';
+import { digest } from '../../hash.js';
 import { checkKey as checkUserKey, checkOptions as checkOpts } from '../../validate.js';
 
 /** The signed 64-bit advisory lock key for a namespaced key such as `leasehold:order:42`. */
 export function advisoryKey(fullKey: string): bigint {
-  return sha256(fullKey).readBigInt64BE(0);
+  return digest('sha256', fullKey).readBigInt64BE(0);
 }
-
-type OneShot = (algorithm: string, data: string, encoding: 'buffer') => Buffer;
-/** `crypto.hash` (Node ≥ 20.12: one call, no Hash object, about twice as fast), else createHash. */
-const oneShot = (crypto as { hash?: OneShot }).hash;
-const sha256 = (s: string): Buffer =>
-  oneShot ? oneShot('sha256', s, 'buffer') : crypto.createHash('sha256').update(s, 'utf8').digest();
 
 /**
  * How `pg_locks` shows a one-argument (bigint) advisory lock: `classid` holds the high 32 bits,

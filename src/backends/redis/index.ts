@@ -89,9 +89,12 @@ export interface RedisConfig {
 /** A hand-over's claim lease: a few round trips on a loaded machine; a dead head costs this once. */
 const CLAIM_MS = 500;
 
+/** The lock's own Redis key (its hash tag): what waits and hand-overs are keyed by. */
+const lockKeyOf = (key: string): string => `{${key}}`;
+
 /** The Redis keys of one lock. */
 export function redisKeys(key: string) {
-  const k = `{${key}}`;
+  const k = lockKeyOf(key);
   return {
     lock: k,
     fence: `${k}:fence`,
@@ -225,15 +228,9 @@ export class RedisBackend implements Backend {
     const k = redisKeys(key);
     const queue = req.queue === true;
     const s = this.cfg.session && req.renew === true ? this.session(req.ttlMs) : null;
-    if (queue && !s && req.renew === true) {
-      // handed over by a release since our last refusal: ours, without a round trip, while the
-      // claim has at least half of its time left (the keeper's first renewal turns it into the TTL)
-      const h = this.wakeups.take(k.lock, req.token);
-      const until = h ? h.from + this.cfg.claimMs - driftMs(this.cfg.claimMs) : 0;
-      if (h && until - now() > this.cfg.claimMs / 2) {
-        this.wakeups.forget(k.lock);
-        return { fence: BigInt(h.fence), expiresAt: until };
-      }
+    if (queue) {
+      const g = this.handedOver(key, req);
+      if (g) return g;
     }
     const wakes = queue ? this.wakeups.before(k.lock) : 0;
     let r: unknown;
@@ -287,6 +284,22 @@ export class RedisBackend implements Backend {
       this.wakeups.refused(k.lock, wakes, -Number(neg), sentAt, Number(serverMs));
     }
     return null;
+  }
+
+  /**
+   * Handed over by a release since our last refusal: ours, without a round trip, while the claim
+   * has at least half of its time left (the keeper's first renewal turns it into the TTL). Only
+   * for renewed leases with their own expiry (not session mode: a session lease is confirmed).
+   */
+  handedOver(key: string, req: AcquireRequest): Grant | null {
+    if (req.renew !== true || this.cfg.session) return null;
+    const lock = lockKeyOf(key);
+    const h = this.wakeups.take(lock, req.token);
+    if (!h) return null;
+    const until = h.from + this.cfg.claimMs - driftMs(this.cfg.claimMs);
+    if (until - now() <= this.cfg.claimMs / 2) return null;
+    this.wakeups.forget(lock);
+    return { fence: BigInt(h.fence), expiresAt: until };
   }
 
   /** A queue entry: this backend's channel (where its hand-overs are sent) and the token. */
@@ -410,7 +423,7 @@ export class RedisBackend implements Backend {
   }
 
   waitForChange(key: string, signal: AbortSignal, maxMs: number): Promise<void> {
-    return this.wakeups.wait(redisKeys(key).lock, signal, maxMs);
+    return this.wakeups.wait(lockKeyOf(key), signal, maxMs);
   }
 
   /** Calls `onChange` at every grant and release of `key` (pub/sub); an expiry is not pushed. */

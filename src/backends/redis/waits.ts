@@ -5,7 +5,7 @@
  * waiter then sleeps until a wake-up it has not seen yet, the holder's expiry as the refusal
  * reported it (a crashed holder publishes nothing), the caller's bound, or its abort.
  */
-import { after, cancel } from '../../deadlines.js';
+import { deadlines, Timed } from '../../deadlines.js';
 
 /** What a refused waiter needs to wait well. */
 interface Refusal {
@@ -17,7 +17,7 @@ interface Refusal {
 
 export class KeyedWaits {
   /** Waiting calls by lock key. */
-  private readonly waiters = new Map<string, Set<() => void>>();
+  private readonly waiters = new Map<string, Set<Sleeper>>();
   /** Per lock key: this backend's refused waiter. */
   private readonly refusals = new Map<string, Refusal>();
   /** Wake-ups received per lock key, while one of this backend's calls waits on it. */
@@ -55,7 +55,7 @@ export class KeyedWaits {
     if (n === undefined) return; // nobody here waits on it any more
     this.wakes.set(key, n + 1);
     const set = this.waiters.get(key);
-    if (set) for (const w of [...set]) w();
+    if (set) for (const w of [...set]) w.done();
   }
 
   /** Sleeps as described above; `maxMs` is already the caller's bound (≥ 1). */
@@ -63,26 +63,50 @@ export class KeyedWaits {
     const r = this.refusals.get(key);
     if (r && (this.wakes.get(key) ?? 0) !== r.wakes) return; // woken while we were trying
     const bound = Math.max(1, Math.min(maxMs, r && r.hintMs > 0 ? r.hintMs + 2 : maxMs));
+    let set = this.waiters.get(key);
+    if (!set) this.waiters.set(key, (set = new Set()));
+    const mine = set;
     await new Promise<void>((resolve) => {
-      let set = this.waiters.get(key);
-      if (!set) this.waiters.set(key, (set = new Set()));
-      const mine = set;
-      const done = () => {
-        cancel(timer);
-        mine.delete(done);
-        if (mine.size === 0 && this.waiters.get(key) === mine) this.waiters.delete(key);
-        signal.removeEventListener('abort', done);
-        resolve();
-      };
-      const timer = after(bound, done);
-      mine.add(done);
-      signal.addEventListener('abort', done, { once: true });
+      const w = new Sleeper(this.waiters, key, mine, signal, resolve);
+      mine.add(w);
+      deadlines.add(w, bound);
+      signal.addEventListener('abort', w, { once: true });
     });
   }
 
   /** Every sleeping call returns. */
   close(): void {
-    for (const set of [...this.waiters.values()]) for (const w of [...set]) w();
+    for (const set of [...this.waiters.values()]) for (const w of [...set]) w.done();
     this.waiters.clear();
+  }
+}
+
+/** One sleeping call: its own timer argument and abort listener (no closures per wait). */
+class Sleeper extends Timed {
+  constructor(
+    private readonly waiters: Map<string, Set<Sleeper>>,
+    private readonly key: string,
+    private readonly set: Set<Sleeper>,
+    private readonly signal: AbortSignal,
+    private readonly resolve: () => void,
+  ) {
+    super();
+  }
+
+  /** Woken, timed out or aborted: returns once (a second call does nothing). */
+  done(): void {
+    if (!this.set.delete(this)) return;
+    deadlines.remove(this);
+    if (this.set.size === 0 && this.waiters.get(this.key) === this.set) this.waiters.delete(this.key);
+    this.signal.removeEventListener('abort', this);
+    this.resolve();
+  }
+
+  fire(): void {
+    this.done();
+  }
+
+  handleEvent(): void {
+    this.done();
   }
 }

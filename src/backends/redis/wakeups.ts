@@ -10,7 +10,8 @@
  * crashed holder publishes nothing) and at least every `refreshMs` (which refreshes its place in
  * the queue, and confirms a hand-over whose message was lost).
  */
-import { createHash, randomBytes } from 'node:crypto';
+import { randomBytes } from 'node:crypto';
+import { digestHex } from '../../hash.js';
 import { sleep } from '../../wait.js';
 import type { RedisAdapter } from './client.js';
 import { KeyedWaits } from './waits.js';
@@ -70,7 +71,7 @@ export class Wakeups {
     this.handed.delete(key);
     const r = this.refusals.get(key);
     if (!r || !(h.at > r.serverMs)) return null;
-    if (createHash('sha1').update(token).digest('hex') !== h.hash) return null;
+    if (digestHex('sha1', token) !== h.hash) return null;
     return { fence: h.fence, from: r.sentAt };
   }
 
