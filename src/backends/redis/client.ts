@@ -126,7 +126,8 @@ class IoredisAdapter implements RedisAdapter {
     this.cluster = client.isCluster === true;
   }
 
-  async run(calls: readonly ScriptCall[]): Promise<unknown[]> {
+  run(calls: readonly ScriptCall[]): Promise<unknown[]> {
+    // not async: one promise (and one microtask) fewer on every acquire and release
     if (this.cluster && calls.length > 1) return runPerNode(this.client, calls, (group) => this.runOne(group));
     return this.runOne(calls);
   }
@@ -149,23 +150,28 @@ class IoredisAdapter implements RedisAdapter {
     return { id, adapter };
   }
 
-  private async runOne(calls: readonly ScriptCall[]): Promise<unknown[]> {
-    if (calls.length === 1) {
-      // the common case (an acquire, a release): no pipeline, no closure, one reply
-      const call = calls[0]!;
-      let r: unknown;
+  private runOne(calls: readonly ScriptCall[]): Promise<unknown[]> {
+    if (calls.length === 1) return this.runSingle(calls[0]!);
+    return this.runMany(calls);
+  }
+
+  /** The common case (an acquire, a release): no pipeline, one reply. */
+  private async runSingle(call: ScriptCall): Promise<unknown[]> {
+    let r: unknown;
+    try {
+      r = await this.evalOne(call, false);
+    } catch (e) {
+      if (!isNoScript(e)) return [wrap(e)];
       try {
-        r = await this.evalOne(call, false);
-      } catch (e) {
-        if (!isNoScript(e)) return [wrap(e)];
-        try {
-          r = await this.evalOne(call, true);
-        } catch (e2) {
-          return [wrap(e2)];
-        }
+        r = await this.evalOne(call, true);
+      } catch (e2) {
+        return [wrap(e2)];
       }
-      return [r instanceof Error ? wrap(r) : r];
     }
+    return [r instanceof Error ? wrap(r) : r];
+  }
+
+  private async runMany(calls: readonly ScriptCall[]): Promise<unknown[]> {
     const once = async (useEval: boolean) => {
       const p = this.client.pipeline();
       for (const { script: s, keys, args } of calls) {

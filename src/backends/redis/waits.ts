@@ -59,14 +59,14 @@ export class KeyedWaits {
   }
 
   /** Sleeps as described above; `maxMs` is already the caller's bound (≥ 1). */
-  async wait(key: string, signal: AbortSignal, maxMs: number): Promise<void> {
+  wait(key: string, signal: AbortSignal, maxMs: number): Promise<void> {
     const r = this.refusals.get(key);
-    if (r && (this.wakes.get(key) ?? 0) !== r.wakes) return; // woken while we were trying
+    if (r && (this.wakes.get(key) ?? 0) !== r.wakes) return Promise.resolve(); // woken while we were trying
     const bound = Math.max(1, Math.min(maxMs, r && r.hintMs > 0 ? r.hintMs + 2 : maxMs));
     let set = this.waiters.get(key);
     if (!set) this.waiters.set(key, (set = new Set()));
     const mine = set;
-    await new Promise<void>((resolve) => {
+    return new Promise<void>((resolve) => {
       const w = new Sleeper(this.waiters, key, mine, signal, resolve);
       mine.add(w);
       deadlines.add(w, bound);

@@ -100,17 +100,22 @@ export class Wakeups {
     return this.ready;
   }
 
-  async wait(key: string, signal: AbortSignal, maxMs: number): Promise<void> {
-    if (signal.aborted || this.closed) return;
+  wait(key: string, signal: AbortSignal, maxMs: number): Promise<void> {
+    if (signal.aborted || this.closed) return Promise.resolve();
     maxMs = Math.max(1, Math.min(maxMs, this.refreshMs));
-    if (!this.live) {
-      // not subscribed yet, or still subscribing (slow on a cluster client, which connects
-      // first): a hand-over sent before the subscription existed may have been missed, so wait
-      // for it and return at once: the caller tries again (which confirms it), with push in place
-      if (await this.subscribe()) return;
-      return sleep(maxMs, signal);
-    }
-    return this.waits.wait(key, signal, maxMs);
+    // subscribed: the sleep's own promise, nothing wrapped around it (this is every wait's path)
+    if (this.live) return this.waits.wait(key, signal, maxMs);
+    return this.subscribeThenWait(signal, maxMs);
+  }
+
+  /**
+   * Not subscribed yet, or still subscribing (slow on a cluster client, which connects first): a
+   * hand-over sent before the subscription existed may have been missed, so wait for it and
+   * return at once: the caller tries again (which confirms it), with push in place.
+   */
+  private async subscribeThenWait(signal: AbortSignal, maxMs: number): Promise<void> {
+    if (await this.subscribe()) return;
+    return sleep(maxMs, signal);
   }
 
   close(): void {
