@@ -60,6 +60,7 @@ export class KeyedWaits {
 
   /** Sleeps as described above; `maxMs` is already the caller's bound (≥ 1). */
   wait(key: string, signal: AbortSignal, maxMs: number): Promise<void> {
+    if (signal.aborted) return Promise.resolve(); // its listener would never run
     const r = this.refusals.get(key);
     if (r && (this.wakes.get(key) ?? 0) !== r.wakes) return Promise.resolve(); // woken while we were trying
     const bound = Math.max(1, Math.min(maxMs, r && r.hintMs > 0 ? r.hintMs + 2 : maxMs));
