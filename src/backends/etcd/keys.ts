@@ -5,7 +5,7 @@
  * and `/`, so the entries of one lock never fall under the prefix of another. An idempotency
  * result lives at `esc(k)!result` (no `/`: never taken for an entry).
  */
-import { createHash } from 'node:crypto';
+import { digest } from '../../hash.js';
 
 export const esc = (key: string): string => key.replace(/%/g, '%25').replace(/\//g, '%2F');
 export const unesc = (key: string): string => key.replace(/%2F/g, '/').replace(/%25/g, '%');
@@ -18,8 +18,7 @@ export const entryKey = (key: string, leaseId: string, token: string): string =>
 export const resultKey = (key: string): string => `${esc(key)}!result`;
 
 /** The token is never stored: a short digest names the entry (192 bits, base64url). */
-export const digestOf = (token: string): string =>
-  createHash('sha256').update(token).digest().subarray(0, 24).toString('base64url');
+export const digestOf = (token: string): string => digest('sha256', token).subarray(0, 24).toString('base64url');
 
 /** The end of a prefix range: the prefix with its last byte incremented (etcd's convention). */
 export function rangeEnd(prefix: Buffer): Buffer {

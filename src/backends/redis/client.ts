@@ -3,7 +3,7 @@
  * the redis and redlock backends. Scripts run by EVALSHA with an EVAL fallback on NOSCRIPT, and
  * keys and tokens travel only as KEYS/ARGV.
  */
-import { createHash } from 'node:crypto';
+import { digestHex } from '../../hash.js';
 import { inspect } from 'node:util';
 import { BackendError, InvalidArgumentError } from '../../errors.js';
 import { scrubError } from '../../scrub.js';
@@ -37,7 +37,7 @@ export interface Script {
 }
 
 export function script(source: string): Script {
-  return { source, sha: createHash('sha1').update(source).digest('hex') };
+  return { source, sha: digestHex('sha1', source) };
 }
 
 export interface ScriptCall {

@@ -4,7 +4,7 @@
  * busy handler would block the event loop and starve processes), and waiting is the fair ticket
  * queue plus the wake-ups of watch.ts.
  */
-import { createHash } from 'node:crypto';
+import { digest } from '../../hash.js';
 import { realpathSync } from 'node:fs';
 import { inspect } from 'node:util';
 import type BetterSqlite3 from 'better-sqlite3';
@@ -48,7 +48,7 @@ const PAGE = 256;
 let anonymous = 0;
 
 /** The token is never stored: only its SHA-256 (the database file is readable by its users). */
-const digestOf = (token: string): string => createHash('sha256').update(token).digest('base64url');
+const digestOf = (token: string): string => digest('sha256', token).toString('base64url');
 
 const isBusy = (e: unknown): boolean => {
   const code = (e as { code?: unknown }).code;

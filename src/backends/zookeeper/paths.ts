@@ -11,7 +11,7 @@
  * protection id: the SHA-256 of the holder's token (never the token), so a create whose reply
  * was lost is found again by its name after a reconnect.
  */
-import { createHash } from 'node:crypto';
+import { digest } from '../../hash.js';
 
 export const LOCK_MARK = '-lock-';
 export const WINDOW = 'window';
@@ -37,7 +37,7 @@ export function decodeKey(name: string): string | null {
 }
 
 /** The protection id of a token: 22 base64url characters of its SHA-256 (132 bits). */
-export const digestOf = (token: string): string => createHash('sha256').update(token).digest('base64url').slice(0, 22);
+export const digestOf = (token: string): string => digest('sha256', token).toString('base64url').slice(0, 22);
 
 export interface LockNode {
   readonly name: string;
