@@ -1,4 +1,4 @@
-/** One-shot digests for the backends' hot paths (advisory keys, hand-over checks). */
+/** One-shot digests: every token digest, advisory key, hand-over check and script SHA of the backends. */
 import * as crypto from 'node:crypto';
 
 type OneShot = (algorithm: string, data: string, encoding: 'buffer' | 'hex') => Buffer | string;

@@ -229,6 +229,8 @@ export class RedisBackend implements Backend {
     const queue = req.queue === true;
     const s = this.cfg.session && req.renew === true ? this.session(req.ttlMs) : null;
     if (queue) {
+      // the engine asks handedOver() itself after a pause (then this finds nothing, one map
+      // lookup); kept so that the driver alone takes a hand-over the same way
       const g = this.handedOver(key, req);
       if (g) return g;
     }

@@ -4,12 +4,12 @@
  * busy handler would block the event loop and starve processes), and waiting is the fair ticket
  * queue plus the wake-ups of watch.ts.
  */
-import { digest } from '../../hash.js';
 import { realpathSync } from 'node:fs';
 import { inspect } from 'node:util';
 import type BetterSqlite3 from 'better-sqlite3';
 import type { AcquireRequest, Backend, ExtendItem, Grant, LockInfo, ResultStore } from '../../backend.js';
 import { BackendError, LeaseholdError } from '../../errors.js';
+import { digest } from '../../hash.js';
 import { now as monotonic, sleep } from '../../wait.js';
 import { hostClock, type HostClock } from './clock.js';
 import { migrate, Statements, type InfoRow, type LockRow, type PageRow, type QueueHead } from './schema.js';
