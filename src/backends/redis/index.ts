@@ -225,46 +225,51 @@ export class RedisBackend implements Backend {
   }
 
   async acquire(key: string, req: AcquireRequest, retried = false): Promise<Grant | null> {
-    const k = redisKeys(key);
+    const lock = lockKeyOf(key);
     const queue = req.queue === true;
     const s = this.cfg.session && req.renew === true ? this.session(req.ttlMs) : null;
+    const { token } = req;
+    const { fenceIdleMs, placeMs, claimMs } = this.cfg;
+    const value = req.value ?? '';
+    const member = queue ? this.member(token) : '';
     if (queue) {
       // the engine asks handedOver() itself after a pause (then this finds nothing, one map
       // lookup); kept so that the driver alone takes a hand-over the same way
       const g = this.handedOver(key, req);
       if (g) return g;
     }
-    const wakes = queue ? this.wakeups.before(k.lock) : 0;
+    const wakes = queue ? this.wakeups.before(lock) : 0;
     let r: unknown;
     const sentAt = now();
     try {
-      const calls: ScriptCall[] = [];
-      calls.push({
-        script: ACQUIRE,
-        keys: s ? [k.lock, k.fence, k.q, k.qx, k.value, k.qv, s.key] : [k.lock, k.fence, k.q, k.qx, k.value, k.qv],
-        args: [
-          req.token,
-          req.ttlMs,
-          queue ? '1' : '0',
-          req.value ?? '',
-          this.cfg.placeMs,
-          this.cfg.fenceIdleMs,
-          k.changed,
-          queue ? this.member(req.token) : '',
-          this.cfg.claimMs,
-          ...(s ? [lockPx(req.ttlMs), s.confirmed ? '0' : '1'] : []),
-        ],
-      });
-      const res = await this.adapter.run(calls);
-      r = res[res.length - 1];
+      const [res] = await this.adapter.run([
+        s
+          ? {
+              script: ACQUIRE,
+              keys: [lock, s.key],
+              args: [
+                token,
+                req.ttlMs,
+                fenceIdleMs,
+                value,
+                member,
+                placeMs,
+                claimMs,
+                lockPx(req.ttlMs),
+                s.confirmed ? '0' : '1',
+              ],
+            }
+          : { script: ACQUIRE, keys: [lock], args: [token, req.ttlMs, fenceIdleMs, value, member, placeMs, claimMs] },
+      ]);
+      r = res;
       if (r instanceof Error) throw r;
     } catch (e) {
-      if (queue) this.wakeups.forget(k.lock);
+      if (queue) this.wakeups.forget(lock);
       throw e;
     }
     if (s && r === 'gone') {
       // the session lapsed (a pause, an eviction): its leases are lost; a new one takes this lease
-      if (queue) this.wakeups.forget(k.lock);
+      if (queue) this.wakeups.forget(lock);
       this.ended(s);
       if (retried) throw new BackendError('redis: a new session key lapsed at once (is the server evicting keys?)');
       return this.acquire(key, req, true);
@@ -274,16 +279,16 @@ export class RedisBackend implements Backend {
       s.validUntil = Math.max(s.validUntil, sentAt + s.ttlMs - driftMs(s.ttlMs));
     }
     if (typeof r === 'string') {
-      if (queue) this.wakeups.forget(k.lock);
+      if (queue) this.wakeups.forget(lock);
       if (!s) return { fence: BigInt(r) };
-      this.bound.delete(req.token);
-      this.bound.set(req.token, { key, token: req.token, session: s, refreshAt: sentAt + lockPx(s.ttlMs) / 3 });
+      this.bound.delete(token);
+      this.bound.set(token, { key, token: token, session: s, refreshAt: sentAt + lockPx(s.ttlMs) / 3 });
       return { fence: BigInt(r), session: s.key };
     }
     if (queue) {
       // a queued refusal also says when the server ran it (a hand-over after it is ours)
       const [neg, serverMs] = Array.isArray(r) ? r : [r, NaN];
-      this.wakeups.refused(k.lock, wakes, -Number(neg), sentAt, Number(serverMs));
+      this.wakeups.refused(lock, wakes, -Number(neg), sentAt, Number(serverMs));
     }
     return null;
   }
@@ -399,13 +404,8 @@ export class RedisBackend implements Backend {
 
   async release(key: string, token: string): Promise<boolean> {
     this.bound.delete(token);
-    const k = redisKeys(key);
     const [r] = await this.adapter.run([
-      {
-        script: RELEASE,
-        keys: [k.lock, k.value, k.q, k.qx, k.fence, k.qv],
-        args: [token, k.changed, this.cfg.claimMs, this.cfg.fenceIdleMs],
-      },
+      { script: RELEASE, keys: [lockKeyOf(key)], args: [token, this.cfg.claimMs, this.cfg.fenceIdleMs] },
     ]);
     if (r instanceof Error) throw r;
     return Number(r) === 1;
