@@ -83,8 +83,8 @@ class Pool {
   private constructor(readonly workers: ChildProcess[]) {}
 
   static start(n: number, lib: string): Pool {
-    // LEASEHOLD_BENCH_PROFILE=<dir>: a pool per library, each worker writing a V8 CPU profile
-    // into <dir>/<lib>/ when it exits
+    // LEASEHOLD_BENCH_PROFILE=<dir>: each worker writes a V8 CPU profile into <dir>/<lib>/
+    // when it exits
     const argv = PROFILE ? ['--cpu-prof', `--cpu-prof-dir=${join(PROFILE, lib)}`] : [];
     return new Pool(Array.from({ length: n }, () => forkTs(WORKER, [], argv)));
   }
@@ -166,7 +166,7 @@ export function contendedOptions(ctx: Ctx): ContendedOptions {
     : { workers: 8, grants: 2_000, csMs: 1, deadlineMs: 45_000 };
 }
 
-/** Runs each plan on a pool of worker processes (a fresh pool after a failure). */
+/** Runs each plan on its own pool of fresh worker processes. */
 export async function contended(
   ctx: Ctx,
   plans: ContendedPlan[],
@@ -218,8 +218,12 @@ export async function contended(
         pool = null;
       } finally {
         if (dir) rmSync(dir, { recursive: true, force: true });
-        if (PROFILE && pool) {
-          await pool.close(); // the profiles are written as the workers exit
+        // a fresh pool per library: a worker that ran one library has warmed (JIT) the code the
+        // next one shares with it — ioredis, net, streams, timers — and the contended rows run
+        // mostly unoptimised code, so a shared pool favoured every library after the first (and
+        // users run one lock library per process). Profiles are written as the workers exit.
+        if (pool) {
+          await pool.close();
           pool = null;
         }
       }
