@@ -166,7 +166,7 @@ export function contendedOptions(ctx: Ctx): ContendedOptions {
     : { workers: 8, grants: 2_000, csMs: 1, deadlineMs: 45_000 };
 }
 
-/** Runs each plan on its own pool of fresh worker processes. */
+/** Runs each plan on its own pool of fresh worker processes (one shared pool in a --quick run). */
 export async function contended(
   ctx: Ctx,
   plans: ContendedPlan[],
@@ -222,7 +222,8 @@ export async function contended(
         // next one shares with it — ioredis, net, streams, timers — and the contended rows run
         // mostly unoptimised code, so a shared pool favoured every library after the first (and
         // users run one lock library per process). Profiles are written as the workers exit.
-        if (pool) {
+        // A --quick run (a smoke test of the harness, ~10 s per pool start) shares one pool.
+        if (pool && (!ctx.quick || PROFILE)) {
           await pool.close();
           pool = null;
         }
