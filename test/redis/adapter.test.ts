@@ -3,11 +3,13 @@
  * plain node-redis client) behave as the general path does, on the real server at 6379.
  */
 import { randomUUID } from 'node:crypto';
+import { Redis } from 'ioredis';
 import { createClient } from 'redis';
 import { afterAll, describe, expect, test } from 'vitest';
 import { adapt, redis, redisKeys } from '../../src/backends/redis/index.js';
 import { script } from '../../src/backends/redis/client.js';
 import { BackendError, createLocks } from '../../src/index.js';
+import { eventually } from '../support/freeze.js';
 import { Clients, REDIS_URL, type ClientKind } from '../support/redis.js';
 
 const clients = new Clients();
@@ -53,4 +55,32 @@ test('node-redis with a keyPrefix: lock keys carry the prefix (the client adds i
     await locks.close();
     await c.close();
   }
+});
+
+describe.each(['ioredis', 'node-redis'] as ClientKind[])('a %s client with a keyPrefix', (kind) => {
+  test("watchers hear every grant and release (the channel is not a key: the client's prefix is not on it)", async () => {
+    const kp = `${prefix}-kpw-${kind}:`;
+    const c: any =
+      kind === 'ioredis'
+        ? new Redis(REDIS_URL, { keyPrefix: kp, maxRetriesPerRequest: 1 })
+        : createClient({ url: REDIS_URL, keyPrefix: kp, socket: { connectTimeout: 10_000 } } as never);
+    if (kind === 'node-redis') {
+      c.on('error', () => {});
+      await c.connect();
+    }
+    const backend = redis(c);
+    const locks = createLocks(backend, { prefix });
+    let changes = 0;
+    const unwatch = await backend.watch!(`${prefix}:w`, () => changes++);
+    try {
+      const lease = await locks.acquire('w');
+      await eventually(() => changes >= 1, 5000, 'the grant is heard');
+      await lease.release();
+      await eventually(() => changes >= 2, 5000, 'the release is heard');
+    } finally {
+      unwatch();
+      await locks.close();
+      await (kind === 'ioredis' ? c.quit() : c.close());
+    }
+  });
 });

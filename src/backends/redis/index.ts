@@ -232,6 +232,7 @@ export class RedisBackend implements Backend {
     const { fenceIdleMs, placeMs, claimMs } = this.cfg;
     const value = req.value ?? '';
     const member = queue ? this.member(token) : '';
+    const changed = `${lock}:changed`;
     if (queue) {
       // the engine asks handedOver() itself after a pause (then this finds nothing, one map
       // lookup); kept so that the driver alone takes a hand-over the same way
@@ -255,11 +256,16 @@ export class RedisBackend implements Backend {
                 member,
                 placeMs,
                 claimMs,
+                changed,
                 lockPx(req.ttlMs),
                 s.confirmed ? '0' : '1',
               ],
             }
-          : { script: ACQUIRE, keys: [lock], args: [token, req.ttlMs, fenceIdleMs, value, member, placeMs, claimMs] },
+          : {
+              script: ACQUIRE,
+              keys: [lock],
+              args: [token, req.ttlMs, fenceIdleMs, value, member, placeMs, claimMs, changed],
+            },
       ]);
       r = res;
       if (r instanceof Error) throw r;
@@ -404,8 +410,9 @@ export class RedisBackend implements Backend {
 
   async release(key: string, token: string): Promise<boolean> {
     this.bound.delete(token);
+    const lock = lockKeyOf(key);
     const [r] = await this.adapter.run([
-      { script: RELEASE, keys: [lockKeyOf(key)], args: [token, this.cfg.claimMs, this.cfg.fenceIdleMs] },
+      { script: RELEASE, keys: [lock], args: [token, this.cfg.claimMs, this.cfg.fenceIdleMs, `${lock}:changed`] },
     ]);
     if (r instanceof Error) throw r;
     return Number(r) === 1;

@@ -118,11 +118,12 @@ end
 
 /**
  * KEYS lock [session]; ARGV token ttl fenceIdle value(''=none) member(''=do not queue) place
- * claim [lockPx create(0|1)] → fence as a string (granted) | -pttl of the holder (0 if unknown):
- * refused | { -pttl, server ms }: refused and queued | 'gone': the session (KEYS[2]) lapsed,
- * nothing was done. The lock's other keys (`:fence`, `:q`, `:qx`, `:v`, `:qv`, `:changed`) are
- * named from KEYS[1] here, in its slot: every argument costs the server and the client on each
- * call (~0.13 µs per argument in Redis alone), and this is the hottest call. `create`
+ * claim changed [lockPx create(0|1)] → fence as a string (granted) | -pttl of the holder (0 if
+ * unknown): refused | { -pttl, server ms }: refused and queued | 'gone': the session (KEYS[2])
+ * lapsed, nothing was done. The lock's other keys (`:fence`, `:q`, `:qx`, `:v`, `:qv`) are named
+ * from KEYS[1] here, in its slot: every argument costs the server and the client on each call
+ * (~0.13 µs per argument in Redis alone), and this is the hottest call. The `changed` channel
+ * stays an argument: a client's keyPrefix goes on KEYS, never on channels. `create`
  * makes a missing session key: only until the first reply about a new session came back.
  * With a session the lock is `<token>|<session key>` with the long PX lockPx (a bound on how
  * long the key of a dead session lingers), and the attempt sets the session's expiry to ttl; a
@@ -142,14 +143,14 @@ local ttl = tonumber(ARGV[2])
 local px, val, S = ttl, ARGV[1], KEYS[2]
 if S then
   if redis.call('PEXPIRE', S, ttl) == 0 then
-    if ARGV[9] ~= '1' then return 'gone' end
+    if ARGV[10] ~= '1' then return 'gone' end
     redis.call('SET', S, '1', 'PX', ttl)
   end
-  px = tonumber(ARGV[8])
+  px = tonumber(ARGV[9])
   val = ARGV[1] .. '|' .. S
 end
 local idle = math.max(tonumber(ARGV[3]), px)
-local Q, F, V, changed = L .. ':q', L .. ':fence', L .. ':v', L .. ':changed'
+local Q, F, V, changed = L .. ':q', L .. ':fence', L .. ':v', ARGV[8]
 local member, queue = ARGV[5], ARGV[5] ~= ''
 local function grant()
   if ARGV[4] ~= '' then redis.call('SET', V, ARGV[4], 'PX', px) end
@@ -238,9 +239,9 @@ return out
 );
 
 /**
- * KEYS lock; ARGV token claim fenceIdle → 1 | 0. Token-checked delete (of the lock and its `:v`);
- * tells watchers on `:changed`; hands the lock to the queue's first live waiter (one message).
- * The other keys are named from KEYS[1], in its slot (as in ACQUIRE: fewer arguments per call).
+ * KEYS lock; ARGV token claim fenceIdle changed → 1 | 0. Token-checked delete (of the lock and
+ * its `:v`); tells watchers on `changed`; hands the lock to the queue's first live waiter (one
+ * message). The other keys are named from KEYS[1], in its slot (as in ACQUIRE).
  */
 export const RELEASE = script(
   HEAD +
@@ -252,7 +253,7 @@ if who ~= ARGV[1] then
   if not (cur and not who) then return 0 end
   -- its session lapsed: the lock is free, and goes on as at a release (the caller's was not it)
 end
-local V, Q, changed = L .. ':v', L .. ':q', L .. ':changed'
+local V, Q, changed = L .. ':v', L .. ':q', ARGV[4]
 redis.call('DEL', L, V)
 redis.call('PUBLISH', changed, 'r')
 if redis.call('EXISTS', Q) == 1 then
