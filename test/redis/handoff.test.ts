@@ -6,6 +6,8 @@
 import { type ChildProcess, spawn } from 'node:child_process';
 import { createHash, randomUUID } from 'node:crypto';
 import { fileURLToPath } from 'node:url';
+import { Redis } from 'ioredis';
+import { createClient } from 'redis';
 import { afterAll, afterEach, describe, expect, test } from 'vitest';
 import type { RedisAdapter } from '../../src/backends/redis/client.js';
 import { redis, redisKeys, type RedisBackend } from '../../src/backends/redis/index.js';
@@ -25,8 +27,8 @@ afterEach(async () => {
 afterAll(() => clients.closeAll());
 
 /** A Locks on its own client and backend; `messages` counts what its backend's channel got. */
-async function instance(kind: ClientKind, opts = {}) {
-  const backend = redis(await clients.make(kind)) as RedisBackend;
+async function instance(kind: ClientKind, opts = {}, client?: unknown) {
+  const backend = redis(client ?? (await clients.make(kind))) as RedisBackend;
   /** messages: received on its channel; runs: round trips it sent; runsAtMessage: runs when the last message came */
   const counted = { messages: 0, drop: 0, runs: 0, runsAtMessage: -1 };
   const subscribe = backend.adapter.subscribe.bind(backend.adapter);
@@ -52,6 +54,22 @@ async function instance(kind: ClientKind, opts = {}) {
     (backend as unknown as { wakeups: { waits: { waiters: Map<string, Set<unknown>> } } }).wakeups.waits.waiters.size;
   return { locks, counted, sleeping };
 }
+
+/** A client that puts `kp` on every key it sends (its keyPrefix); closed after all tests. */
+async function prefixedClient(kind: ClientKind, kp: string): Promise<unknown> {
+  if (kind === 'ioredis') {
+    const c = new Redis(REDIS_URL, { keyPrefix: kp, maxRetriesPerRequest: 1 });
+    closers.push(() => c.quit());
+    return c;
+  }
+  const c = createClient({ url: REDIS_URL, keyPrefix: kp } as never) as any;
+  c.on('error', () => {});
+  await c.connect();
+  closers.push(() => c.close());
+  return c;
+}
+const closers: (() => Promise<unknown>)[] = [];
+afterAll(() => Promise.allSettled(closers.map((f) => f())));
 
 async function until(f: () => Promise<boolean>, ms: number): Promise<boolean> {
   const end = performance.now() + ms;
@@ -125,6 +143,28 @@ describe.each(['ioredis', 'node-redis'] as ClientKind[])('hand-over on %s', (kin
     expect(await b.locks.inspect(key)).toMatchObject({ fence: lease.fence });
     await lease.release();
     expect(await admin.exists(k.lock)).toBe(0);
+  }, 30_000);
+
+  test("a client's keyPrefix: the hand-over is still granted on its message, with no round trip", async () => {
+    const key = `key-prefix-${kind}`;
+    const kp = `${prefix}-kp:`;
+    const a = await instance(kind, { ttl: '10s' }, await prefixedClient(kind, kp));
+    const b = await instance(kind, { ttl: '10s' }, await prefixedClient(kind, kp));
+    const held = await a.locks.acquire(key);
+    const waiting = b.locks.acquire(key, { wait: '20s' });
+    waiting.catch(() => {}); // may reject before it is awaited below
+    // queued (its lock key carries the prefix) and asleep: only the message, or its bound, wakes it
+    const admin = await clients.make('ioredis');
+    const q = `${kp}${redisKeys(`${prefix}:${key}`).q}`;
+    expect(await until(async () => (await admin.zcard(q)) === 1 && b.sleeping() === 1, 5000)).toBe(true);
+    await held.release();
+    const lease = await waiting;
+    // the message named the prefixed key: read back without the prefix, it woke the waiter, and
+    // nothing was sent between it and the grant
+    expect(b.counted.messages).toBe(1);
+    expect(b.counted.runs).toBe(b.counted.runsAtMessage);
+    expect(lease.fence > held.fence).toBe(true);
+    await lease.release();
   }, 30_000);
 
   test('a head SIGKILLed before the hand-over delays the next grant by at most the claim plus one refresh', async () => {

@@ -50,6 +50,11 @@ export type MessageListener = (channel: string, message: string) => void;
 
 export interface RedisAdapter {
   readonly kind: 'ioredis' | 'node-redis';
+  /**
+   * The prefix the client puts on every key it sends (its `keyPrefix`), '' if none. Scripts see
+   * prefixed keys; channels are never prefixed, so a key a script publishes is read back with it.
+   */
+  readonly keyPrefix: string;
   /** A Redis Cluster client (ioredis `Cluster`, node-redis `createCluster`). */
   readonly cluster: boolean;
   /**
@@ -122,8 +127,10 @@ class IoredisAdapter implements RedisAdapter {
   /** Subscriber connections: one, or on a Cluster one per master (see connectSub). */
   private subs: any[] | null = null;
   private readonly listeners = new Map<string, MessageListener>();
+  readonly keyPrefix: string;
   constructor(private readonly client: any) {
     this.cluster = client.isCluster === true;
+    this.keyPrefix = keyPrefixOf(client);
   }
 
   run(calls: readonly ScriptCall[]): Promise<unknown[]> {
@@ -270,7 +277,9 @@ class NodeRedisAdapter implements RedisAdapter {
    * key) and no `keyPrefix` (which node-redis adds to KEYS only through its own commands).
    */
   private readonly raw: boolean;
+  readonly keyPrefix: string;
   constructor(private readonly client: any) {
+    this.keyPrefix = keyPrefixOf(client);
     this.cluster = typeof client.getSlotMaster === 'function' && typeof client.sSubscribe === 'function';
     // `sendCommand(args, options)`: a client or a pool; a Sentinel's and a cluster's take more
     this.raw = !this.cluster && typeof client.sendCommand === 'function' && client.sendCommand.length === 2;
@@ -390,6 +399,16 @@ class NodeRedisAdapter implements RedisAdapter {
         }
       }),
     );
+  }
+}
+
+/** The client's `keyPrefix` (ioredis: `options.keyPrefix`; node-redis: `_keyPrefix`), '' if none. */
+function keyPrefixOf(client: any): string {
+  try {
+    const p = client._keyPrefix ?? client.options?.keyPrefix ?? client.options?.redisOptions?.keyPrefix;
+    return typeof p === 'string' ? p : '';
+  } catch {
+    return '';
   }
 }
 

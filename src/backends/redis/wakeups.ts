@@ -80,7 +80,9 @@ export class Wakeups {
     const i = m.indexOf('|', 40);
     const j = i === -1 ? -1 : m.indexOf('|', i + 1);
     if (j === -1) return; // not a hand-over: nothing to do (a waiter still wakes by its bound)
-    const key = m.slice(j + 1);
+    // the lock key as the script saw it: with the client's keyPrefix on it
+    const kp = this.adapter.keyPrefix;
+    const key = m.slice(j + 1 + (kp && m.startsWith(kp, j + 1) ? kp.length : 0));
     if (!this.waits.waiting(key)) return; // nobody here waits on it any more
     this.handed.set(key, { hash: m.slice(0, 40), fence: m.slice(40, i), at: Number(m.slice(i + 1, j)) });
     this.waits.wake(key);
