@@ -288,7 +288,7 @@ export class RedisBackend implements Backend {
       if (queue) this.wakeups.forget(lock);
       if (!s) return { fence: BigInt(r) };
       this.bound.delete(token);
-      this.bound.set(token, { key, token: token, session: s, refreshAt: sentAt + lockPx(s.ttlMs) / 3 });
+      this.bound.set(token, { key, token, session: s, refreshAt: sentAt + lockPx(s.ttlMs) / 3 });
       return { fence: BigInt(r), session: s.key };
     }
     if (queue) {
