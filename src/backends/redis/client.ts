@@ -130,7 +130,7 @@ class IoredisAdapter implements RedisAdapter {
   readonly keyPrefix: string;
   constructor(private readonly client: any) {
     this.cluster = client.isCluster === true;
-    this.keyPrefix = keyPrefixOf(client);
+    this.keyPrefix = keyPrefixOf(client) ?? '';
   }
 
   run(calls: readonly ScriptCall[]): Promise<unknown[]> {
@@ -279,11 +279,12 @@ class NodeRedisAdapter implements RedisAdapter {
   private readonly raw: boolean;
   readonly keyPrefix: string;
   constructor(private readonly client: any) {
-    this.keyPrefix = keyPrefixOf(client);
+    const kp = keyPrefixOf(client);
+    this.keyPrefix = kp ?? '';
     this.cluster = typeof client.getSlotMaster === 'function' && typeof client.sSubscribe === 'function';
     // `sendCommand(args, options)`: a client or a pool; a Sentinel's and a cluster's take more
     this.raw = !this.cluster && typeof client.sendCommand === 'function' && client.sendCommand.length === 2;
-    this.raw &&= noKeyPrefix(client);
+    this.raw &&= kp === '';
   }
 
   async run(calls: readonly ScriptCall[]): Promise<unknown[]> {
@@ -402,23 +403,18 @@ class NodeRedisAdapter implements RedisAdapter {
   }
 }
 
-/** The client's `keyPrefix` (ioredis: `options.keyPrefix`; node-redis: `_keyPrefix`), '' if none. */
-function keyPrefixOf(client: any): string {
-  try {
-    const p = client._keyPrefix ?? client.options?.keyPrefix ?? client.options?.redisOptions?.keyPrefix;
-    return typeof p === 'string' ? p : '';
-  } catch {
-    return '';
-  }
-}
-
-/** node-redis's `keyPrefix` (v5.x+; `_keyPrefix` on the client), read without throwing. */
-function noKeyPrefix(client: any): boolean {
+/**
+ * The client's `keyPrefix`, '' if none: ioredis `options.keyPrefix` (a Cluster's may sit in
+ * `redisOptions`), node-redis (v5.x+) `_keyPrefix` (a pool's in `clientOptions`). Null when it
+ * cannot be read or is not a string (a Buffer): then nothing may assume there is none.
+ */
+function keyPrefixOf(client: any): string | null {
   try {
     const o = client.options;
-    return client._keyPrefix === undefined && o?.keyPrefix === undefined && o?.clientOptions?.keyPrefix === undefined;
+    const p = client._keyPrefix ?? o?.keyPrefix ?? o?.redisOptions?.keyPrefix ?? o?.clientOptions?.keyPrefix;
+    return p === undefined ? '' : typeof p === 'string' ? p : null;
   } catch {
-    return false;
+    return null;
   }
 }
 
