@@ -237,6 +237,58 @@ describe.each(['ioredis', 'node-redis'] as ClientKind[])('Redis Cluster reshardi
   });
 });
 
+describe.each(['ioredis', 'node-redis'] as ClientKind[])('Redis Cluster, a half-migrated slot, on %s', (kind) => {
+  test('no fence is minted on a node the fence counter has not reached yet', { timeout: 40_000 }, async () => {
+    const prefix = `lh-half-${randomUUID().slice(0, 8)}`;
+    const admin = await clients.make('ioredis');
+    const backend = redis(await clients.make(kind));
+    const key = `${prefix}:k`;
+    const fence = `{${key}}:fence`;
+    const first = randomUUID();
+    const g = await backend.acquire(key, { token: first, ttlMs: 20_000 });
+    expect(g).not.toBeNull();
+    expect(await backend.release(key, first)).toBe(true);
+    // the slot is MIGRATING to another master, which is IMPORTING it, and no key has moved: the
+    // lock key is on neither node, the fence counter only on the source
+    const move = await slotMover(admin, slotOf(`{${key}}`));
+    try {
+      await move.half();
+      // the source sends the script on (ASK: its lock key is not there); the target must not
+      // grant on a counter it does not have — its clock may be behind the source's, and a fence
+      // from it could be lower than the last one the source issued — so it is refused for now
+      // (TRYAGAIN) until the counter has moved
+      const r = await backend.acquire(key, { token: randomUUID(), ttlMs: 20_000 }).catch((e: Error) => e);
+      expect(r).toBeInstanceOf(Error);
+      expect((r as Error).message).toMatch(/TRYAGAIN|redirections/);
+      // the target answers for the slot only after ASKING (it does not own it yet)
+      const onTarget = async (k: string) => (await move.target.pipeline().asking().exists(k).exec())[1][1];
+      expect(await onTarget(fence)).toBe(0);
+      expect(await onTarget(`{${key}}`)).toBe(0);
+      expect(await move.source.exists(fence)).toBe(1);
+    } finally {
+      await move.back();
+      await backend.close();
+    }
+    // with the slot settled again, the next grant's fence is above the first one's
+    const again = randomUUID();
+    const g2 = await backend2(kind, key, again);
+    expect(g2.fence > g!.fence).toBe(true);
+  });
+});
+
+/** A fresh backend's grant on `key` (the test's backend is closed by then). */
+async function backend2(kind: ClientKind, key: string, token: string) {
+  const b = redis(await clients.make(kind));
+  try {
+    const g = await b.acquire(key, { token, ttlMs: 5_000 });
+    expect(g).not.toBeNull();
+    expect(await b.release(key, token)).toBe(true);
+    return g!;
+  } finally {
+    await b.close();
+  }
+}
+
 /** Moves `slot` to another master by hand (as `redis-cli --cluster reshard` does), and back. */
 async function slotMover(admin: any, slot: number) {
   const nodes = admin.nodes('master') as any[];
@@ -255,6 +307,13 @@ async function slotMover(admin: any, slot: number) {
     for (const n of nodes) await n.cluster('SETSLOT', slot, 'NODE', ids.get(dst));
   };
   return {
+    source: from,
+    target: to,
+    /** Only the slot states (MIGRATING / IMPORTING): no key moves. */
+    half: async () => {
+      await to.cluster('SETSLOT', slot, 'IMPORTING', ids.get(from));
+      await from.cluster('SETSLOT', slot, 'MIGRATING', ids.get(to));
+    },
     start: () => migrate(from, to),
     finish: () => settle(to),
     back: async () => {

@@ -247,7 +247,7 @@ export class RedisBackend implements Backend {
         s
           ? {
               script: ACQUIRE,
-              keys: [lock, s.key],
+              keys: [lock, `${lock}:fence`, s.key],
               args: [
                 token,
                 req.ttlMs,
@@ -263,7 +263,7 @@ export class RedisBackend implements Backend {
             }
           : {
               script: ACQUIRE,
-              keys: [lock],
+              keys: [lock, `${lock}:fence`],
               args: [token, req.ttlMs, fenceIdleMs, value, member, placeMs, claimMs, changed],
             },
       ]);
@@ -412,7 +412,11 @@ export class RedisBackend implements Backend {
     this.bound.delete(token);
     const lock = lockKeyOf(key);
     const [r] = await this.adapter.run([
-      { script: RELEASE, keys: [lock], args: [token, this.cfg.claimMs, this.cfg.fenceIdleMs, `${lock}:changed`] },
+      {
+        script: RELEASE,
+        keys: [lock, `${lock}:fence`],
+        args: [token, this.cfg.claimMs, this.cfg.fenceIdleMs, `${lock}:changed`],
+      },
     ]);
     if (r instanceof Error) throw r;
     return Number(r) === 1;

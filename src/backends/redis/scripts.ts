@@ -117,13 +117,16 @@ end
 `;
 
 /**
- * KEYS lock [session]; ARGV token ttl fenceIdle value(''=none) member(''=do not queue) place
- * claim changed [lockPx create(0|1)] → fence as a string (granted) | -pttl of the holder (0 if
- * unknown): refused | { -pttl, server ms }: refused and queued | 'gone': the session (KEYS[2])
- * lapsed, nothing was done. The lock's other keys (`:fence`, `:q`, `:qx`, `:v`, `:qv`) are named
+ * KEYS lock fence [session]; ARGV token ttl fenceIdle value(''=none) member(''=do not queue)
+ * place claim changed [lockPx create(0|1)] → fence as a string (granted) | -pttl of the holder
+ * (0 if unknown): refused | { -pttl, server ms }: refused and queued | 'gone': the session
+ * (KEYS[3]) lapsed, nothing was done. The lock's other keys (`:q`, `:qx`, `:v`, `:qv`) are named
  * from KEYS[1] here, in its slot: every argument costs the server and the client on each call
- * (~0.13 µs per argument in Redis alone), and this is the hottest call. The `changed` channel
- * stays an argument: a client's keyPrefix goes on KEYS, never on channels. `create`
+ * (~0.13 µs per argument in Redis alone), and this is the hottest call. The lock and its fence
+ * counter are declared: while a Cluster slot is half-migrated, a node that lacks either refuses
+ * the script (ASK, TRYAGAIN) before it runs, so no fence is minted without the counter (from
+ * another node's clock). The `changed` channel stays an argument: a client's keyPrefix goes on
+ * KEYS, never on channels. `create`
  * makes a missing session key: only until the first reply about a new session came back.
  * With a session the lock is `<token>|<session key>` with the long PX lockPx (a bound on how
  * long the key of a dead session lingers), and the attempt sets the session's expiry to ttl; a
@@ -140,7 +143,7 @@ export const ACQUIRE = script(
     `
 local L = KEYS[1]
 local ttl = tonumber(ARGV[2])
-local px, val, S = ttl, ARGV[1], KEYS[2]
+local px, val, S = ttl, ARGV[1], KEYS[3]
 if S then
   if redis.call('PEXPIRE', S, ttl) == 0 then
     if ARGV[10] ~= '1' then return 'gone' end
@@ -150,7 +153,7 @@ if S then
   val = ARGV[1] .. '|' .. S
 end
 local idle = math.max(tonumber(ARGV[3]), px)
-local Q, F, V, changed = L .. ':q', L .. ':fence', L .. ':v', ARGV[8]
+local Q, F, V, changed = L .. ':q', KEYS[2], L .. ':v', ARGV[8]
 local member, queue = ARGV[5], ARGV[5] ~= ''
 local function grant()
   if ARGV[4] ~= '' then redis.call('SET', V, ARGV[4], 'PX', px) end
@@ -239,9 +242,10 @@ return out
 );
 
 /**
- * KEYS lock; ARGV token claim fenceIdle changed → 1 | 0. Token-checked delete (of the lock and
- * its `:v`); tells watchers on `changed`; hands the lock to the queue's first live waiter (one
- * message). The other keys are named from KEYS[1], in its slot (as in ACQUIRE).
+ * KEYS lock fence; ARGV token claim fenceIdle changed → 1 | 0. Token-checked delete (of the lock
+ * and its `:v`); tells watchers on `changed`; hands the lock to the queue's first live waiter
+ * (one message). The other keys are named from KEYS[1], in its slot (as in ACQUIRE, which also
+ * says why the fence counter is declared: a hand-over mints a fence).
  */
 export const RELEASE = script(
   HEAD +
@@ -257,7 +261,7 @@ local V, Q, changed = L .. ':v', L .. ':q', ARGV[4]
 redis.call('DEL', L, V)
 redis.call('PUBLISH', changed, 'r')
 if redis.call('EXISTS', Q) == 1 then
-  hand_over(L, L .. ':fence', Q, L .. ':qx', V, L .. ':qv', changed, tonumber(ARGV[2]), tonumber(ARGV[3]), now_ms())
+  hand_over(L, KEYS[2], Q, L .. ':qx', V, L .. ':qv', changed, tonumber(ARGV[2]), tonumber(ARGV[3]), now_ms())
 end
 if who ~= ARGV[1] then return 0 end
 return 1
