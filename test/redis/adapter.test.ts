@@ -3,8 +3,6 @@
  * plain node-redis client) behave as the general path does, on the real server at 6379.
  */
 import { randomUUID } from 'node:crypto';
-import { Redis } from 'ioredis';
-import { createClient } from 'redis';
 import { afterAll, describe, expect, test } from 'vitest';
 import { adapt, redis, redisKeys } from '../../src/backends/redis/index.js';
 import { script } from '../../src/backends/redis/client.js';
@@ -39,9 +37,7 @@ describe.each(['ioredis', 'node-redis'] as ClientKind[])('redis adapter on %s', 
 
 test('node-redis with a keyPrefix: lock keys carry the prefix (the client adds it, as to its own commands)', async () => {
   const kp = `${prefix}-kp:`;
-  const c = createClient({ url: REDIS_URL, keyPrefix: kp, socket: { connectTimeout: 2000 } } as never) as any;
-  c.on('error', () => {});
-  await c.connect();
+  const c = await clients.make('node-redis', REDIS_URL, { keyPrefix: kp });
   const plain = await clients.make('ioredis');
   const locks = createLocks(redis(c), { prefix });
   try {
@@ -53,22 +49,13 @@ test('node-redis with a keyPrefix: lock keys carry the prefix (the client adds i
     expect(await plain.exists(`${kp}${lockKey}`)).toBe(0);
   } finally {
     await locks.close();
-    await c.close();
   }
 });
 
 describe.each(['ioredis', 'node-redis'] as ClientKind[])('a %s client with a keyPrefix', (kind) => {
   test("watchers hear every grant and release (the channel is not a key: the client's prefix is not on it)", async () => {
     const kp = `${prefix}-kpw-${kind}:`;
-    const c: any =
-      kind === 'ioredis'
-        ? new Redis(REDIS_URL, { keyPrefix: kp, maxRetriesPerRequest: 1 })
-        : createClient({ url: REDIS_URL, keyPrefix: kp, socket: { connectTimeout: 10_000 } } as never);
-    if (kind === 'node-redis') {
-      c.on('error', () => {});
-      await c.connect();
-    }
-    const backend = redis(c);
+    const backend = redis(await clients.make(kind, REDIS_URL, { keyPrefix: kp }));
     const locks = createLocks(backend, { prefix });
     let changes = 0;
     const unwatch = await backend.watch!(`${prefix}:w`, () => changes++);
@@ -80,7 +67,6 @@ describe.each(['ioredis', 'node-redis'] as ClientKind[])('a %s client with a key
     } finally {
       unwatch();
       await locks.close();
-      await (kind === 'ioredis' ? c.quit() : c.close());
     }
   });
 });

@@ -6,8 +6,6 @@
 import { type ChildProcess, spawn } from 'node:child_process';
 import { createHash, randomUUID } from 'node:crypto';
 import { fileURLToPath } from 'node:url';
-import { Redis } from 'ioredis';
-import { createClient } from 'redis';
 import { afterAll, afterEach, describe, expect, test } from 'vitest';
 import type { RedisAdapter } from '../../src/backends/redis/client.js';
 import { redis, redisKeys, type RedisBackend } from '../../src/backends/redis/index.js';
@@ -54,22 +52,6 @@ async function instance(kind: ClientKind, opts = {}, client?: unknown) {
     (backend as unknown as { wakeups: { waits: { waiters: Map<string, Set<unknown>> } } }).wakeups.waits.waiters.size;
   return { locks, counted, sleeping };
 }
-
-/** A client that puts `kp` on every key it sends (its keyPrefix); closed after all tests. */
-async function prefixedClient(kind: ClientKind, kp: string): Promise<unknown> {
-  if (kind === 'ioredis') {
-    const c = new Redis(REDIS_URL, { keyPrefix: kp, maxRetriesPerRequest: 1 });
-    closers.push(() => c.quit());
-    return c;
-  }
-  const c = createClient({ url: REDIS_URL, keyPrefix: kp } as never) as any;
-  c.on('error', () => {});
-  await c.connect();
-  closers.push(() => c.close());
-  return c;
-}
-const closers: (() => Promise<unknown>)[] = [];
-afterAll(() => Promise.allSettled(closers.map((f) => f())));
 
 async function until(f: () => Promise<boolean>, ms: number): Promise<boolean> {
   const end = performance.now() + ms;
@@ -148,8 +130,8 @@ describe.each(['ioredis', 'node-redis'] as ClientKind[])('hand-over on %s', (kin
   test("a client's keyPrefix: the hand-over is still granted on its message, with no round trip", async () => {
     const key = `key-prefix-${kind}`;
     const kp = `${prefix}-kp:`;
-    const a = await instance(kind, { ttl: '10s' }, await prefixedClient(kind, kp));
-    const b = await instance(kind, { ttl: '10s' }, await prefixedClient(kind, kp));
+    const a = await instance(kind, { ttl: '10s' }, await clients.make(kind, REDIS_URL, { keyPrefix: kp }));
+    const b = await instance(kind, { ttl: '10s' }, await clients.make(kind, REDIS_URL, { keyPrefix: kp }));
     const held = await a.locks.acquire(key);
     const waiting = b.locks.acquire(key, { wait: '20s' });
     waiting.catch(() => {}); // may reject before it is awaited below

@@ -12,16 +12,21 @@ export type ClientKind = 'ioredis' | 'node-redis';
 export class Clients {
   private readonly open: Array<() => Promise<unknown>> = [];
 
-  async make(kind: ClientKind, url = REDIS_URL): Promise<any> {
+  /** `keyPrefix`: the client puts it on every key it sends (both clients have the option). */
+  async make(kind: ClientKind, url = REDIS_URL, opts: { keyPrefix?: string } = {}): Promise<any> {
     if (kind === 'ioredis') {
-      const c = new Redis(url, { maxRetriesPerRequest: 1, connectTimeout: 10_000, lazyConnect: true });
+      const c = new Redis(url, { maxRetriesPerRequest: 1, connectTimeout: 10_000, lazyConnect: true, ...opts });
       await c.connect().catch((e: Error) => {
         throw new Error(`Redis at ${url} is not reachable (run scripts/services.sh): ${e.message}`);
       });
       this.open.push(() => c.quit().catch(() => c.disconnect()));
       return c;
     }
-    const c = createClient({ url, socket: { connectTimeout: 10_000, reconnectStrategy: false } });
+    const c = createClient({
+      url,
+      socket: { connectTimeout: 10_000, reconnectStrategy: false },
+      ...opts,
+    } as never) as any;
     c.on('error', () => {});
     await c.connect().catch((e: Error) => {
       throw new Error(`Redis at ${url} is not reachable (run scripts/services.sh): ${e.message}`);
