@@ -144,6 +144,30 @@ describe('faults checker', () => {
     expect(checks(check(unsignalled, chain(['1', '0.1'], ['2', '1.2']), 2, opts()))).toEqual(['signal']);
   });
 
+  test('a fault aimed at a grant still on its way to the client excuses the overlap; one aimed at the previous hold does not', () => {
+    // p0 invoked at 9, the server granted it, the harness saw p0 holding and terminated its
+    // session at 12 (before p0's answer came at 20); p1 was granted at 30 and p0 heard at 45
+    const onItsWay = sorted([
+      ev(9, 0, 'invoke', 'acquire'),
+      ...cycle(0, '1', 20, 40, 800).filter((e) => !(e.f === 'acquire' && e.type === 'invoke')),
+      ev(12, -1, 'info', 'terminate-backend', undefined, { targets: [0], losesLocks: true }),
+      ev(45, 0, 'info', 'lost', '1'),
+      ...cycle(1, '2', 30, 120, 130),
+    ]);
+    const v = check(onItsWay, chain(['1', '0.1'], ['2', '1.2']), 2, opts());
+    expect(v.violations).toEqual([]);
+    expect(v.counts.overlapsExcused).toBe(1);
+    // the same, but p0 never heard of a loss (the fault ended a grant it did not claim): no excuse
+    const unheard = onItsWay.filter((e) => e.f !== 'lost');
+    expect(checks(check(unheard, chain(['1', '0.1'], ['2', '1.2']), 2, opts()))).toEqual(['overlap', 'overlap-valid']);
+    // the same fault before p0 invoked (it hit p0's previous hold): no excuse
+    const before = onItsWay.map((e) => (e.f === 'terminate-backend' ? { ...e, t: 8 } : e));
+    expect(checks(check(sorted(before), chain(['1', '0.1'], ['2', '1.2']), 2, opts()))).toEqual([
+      'overlap',
+      'overlap-valid',
+    ]);
+  });
+
   test('a fault that may break locks (a Redlock minority restarted empty) excuses the overlap, and asks no signal', () => {
     const h = sorted([
       ...cycle(0, '1', 10, 40, 800),

@@ -18,12 +18,17 @@
  *                   overlaps another hold's valid part. Excused only by a fault that destroys locks
  *                   on the server (a session ended by pg_terminate_backend, a restart without
  *                   persistence: `losesLocks`) or may break them (a Redlock minority restarted
- *                   empty: `mayBreakLocks`, no signal due) between the two grants.
+ *                   empty: `mayBreakLocks`, no signal due) between the two grants; a fault aimed
+ *                   at the first holder's process (pg_terminate_backend of the sessions holding
+ *                   the key) counts from its acquire's invoke when that hold was signalled lost:
+ *                   the server holds a grant before its answer reaches the client, and the
+ *                   fault destroys it on its way.
  *  signal           every lost lease was signalled (lease.signal aborted with LeaseLostError)
  *                   within one renewal interval (ttl/3) + slack after the loss became detectable:
  *                   - its deadline passed while the holder still held it: detectable at the
  *                     deadline, or when the holder resumed if it was paused then;
- *                   - a lock-destroying fault hit it: detectable at the fault;
+ *                   - a lock-destroying fault hit it after its grant's answer: detectable at
+ *                     the fault;
  *                   - release returned false without a signal: a violation if the holder had gone
  *                     more than one interval without a renewal outcome (its keeper should have
  *                     probed and found out), unless a renewal was still in flight or the release
@@ -188,11 +193,19 @@ export function check(
   const breakers = history.filter(
     (e) => e.p === -1 && (e.value?.losesLocks === true || e.value?.mayBreakLocks === true),
   );
-  const destroyedBetween = (h: Hold, a: number, b: number) =>
-    breakers.some((e) => {
-      const targets = e.value?.targets;
-      return e.t > a && e.t <= b && (!Array.isArray(targets) || targets.includes(h.p));
-    });
+  /**
+   * From when a fault destroys hold h: its grant; for a fault aimed at h's process (the harness
+   * aims only at a process whose session holds the key at that moment), from its acquire's
+   * invoke if h was then signalled lost: the server holds a grant before its answer reaches the
+   * client, and a fault meanwhile destroys the grant the client then claims.
+   */
+  const hitFrom = (h: Hold, e: Ev) => (Array.isArray(e.value?.targets) && h.lostT !== undefined ? h.invokeT : h.okT);
+  const aimedAt = (h: Hold, e: Ev) => {
+    const targets = e.value?.targets;
+    return !Array.isArray(targets) || targets.includes(h.p);
+  };
+  const destroyedBetween = (h: Hold, b: number) =>
+    breakers.some((e) => e.t > hitFrom(h, e) && e.t <= b && aimedAt(h, e));
   const counts: Counts = {
     acquisitions: holds.length,
     acquireFailures: history.filter((e) => e.f === 'acquire' && e.type === 'fail').length,
@@ -331,7 +344,7 @@ export function check(
       const y = byOk[b]!;
       if (y.okT >= x.end && y.okT >= x.validEnd) break;
       if (y.p === x.p) continue;
-      const excused = destroyedBetween(x, x.okT, y.okT);
+      const excused = destroyedBetween(x, y.okT);
       if (y.okT < x.end) {
         counts.overlaps++;
         if (excused) counts.overlapsExcused++;
@@ -376,8 +389,9 @@ export function check(
       });
     }
     for (const d of destroyers) {
-      const targets = d.value?.targets;
-      if (d.t > h.okT && d.t < believedUntil && (!Array.isArray(targets) || targets.includes(h.p))) {
+      // only faults after the grant's answer: one while the acquire was on its way may have ended
+      // a grant the backend then refused to claim, and the grant that came next is intact
+      if (d.t > h.okT && d.t < believedUntil && aimedAt(h, d)) {
         dues.push({ due: resumeAfter(h.p, d.t) + interval + slack, why: `${d.f} destroyed it at ${d.t.toFixed(1)}ms` });
       }
     }
