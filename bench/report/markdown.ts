@@ -91,7 +91,8 @@ export function markdown(r: Results, chartFile: string): string {
     const o = r.contended.options;
     const redisRuns = r.contended.runs.filter((c) => !c.lib.includes('pg'));
     L.push(
-      `## 2. Contended handoff: ${o.workers} processes, one key, ${o.csMs} ms critical section, ${o.grants} grants`,
+      `## 2. Contended handoff: ${o.workers} processes, one key, ${o.csMs} ms critical section, ${o.grants} grants` +
+        (o.warmGrants ? ` (after a discarded warm-up round of ${o.warmGrants})` : ''),
     );
     L.push('');
     L.push(...contendedRows(redisRuns));
