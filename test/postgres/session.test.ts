@@ -108,6 +108,31 @@ describe.each(KINDS)('session mode (%s)', (kind) => {
     await admin.query(`drop schema "${schema}" cascade`);
   });
 
+  test('a lease released before its holder row is due writes no row and leaves no timer behind', async () => {
+    const schema = `lh_${uid()}`;
+    const a = await env.backend(kind, { schema });
+    const [k1, k2] = [`leasehold:${uid()}`, `leasehold:${uid()}`];
+    const timer = () => (a as unknown as { recordTimer: unknown }).recordTimer;
+    // the holder row is written RECORD_MS after a grant; nothing but microtasks runs between the
+    // grant and the release below, so the timer cannot have fired yet
+    await a.acquire(k1, { token: 'short-lived-000000000000', ttlMs: 5000 });
+    expect(timer()).not.toBeNull();
+    expect(await a.release(k1, 'short-lived-000000000000')).toBe(true);
+    // under contention most leases end this way: the process is not woken to write nothing
+    expect(timer()).toBeNull();
+    // with another row still due, the timer stays for it
+    await a.acquire(k1, { token: 'short-lived-111111111111', ttlMs: 5000 });
+    const g2 = await a.acquire(k2, { token: 'kept-222222222222222222', ttlMs: 5000 });
+    expect(await a.release(k1, 'short-lived-111111111111')).toBe(true);
+    expect(timer()).not.toBeNull();
+    await (a as unknown as { written(): Promise<void> }).written();
+    const admin = await env.admin();
+    const rows = await admin.query(`select key, fence::text from "${schema}".leasehold_holders order by key`);
+    expect(rows.rows).toEqual([{ key: k2, fence: String(g2!.fence) }]);
+    await a.close();
+    await admin.query(`drop schema "${schema}" cascade`);
+  });
+
   test('a wrong token neither releases nor extends; inspect never shows the token', async () => {
     const key = `leasehold:${uid()}`;
     const a = await env.backend(kind);

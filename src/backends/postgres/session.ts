@@ -318,6 +318,20 @@ export class PostgresBackend implements Backend {
     }, RECORD_MS);
   }
 
+  /**
+   * A lease that ended before its holder row was written: the row is not written, and with no
+   * other row pending the timer goes too (under contention a lease often lives < RECORD_MS: the
+   * timer would wake the process once per grant to write nothing).
+   */
+  private unrecord(held: Held): void {
+    if (this.records.get(held.key) !== held) return;
+    this.records.delete(held.key);
+    if (this.records.size === 0 && this.recordTimer) {
+      clearTimeout(this.recordTimer);
+      this.recordTimer = null;
+    }
+  }
+
   private flushRecords(only?: string): Promise<void> {
     const p = this.writeRecords(only);
     this.recording.add(p);
@@ -597,6 +611,7 @@ export class PostgresBackend implements Backend {
   private async unlock(h: Held): Promise<boolean> {
     h.state = 'releasing';
     this.disarm(h);
+    this.unrecord(h);
     if (this.held.get(h.key) === h) this.held.delete(h.key);
     // a waiter connection is ready for the next wait at once: its statements run in order, the
     // next wait's after this release
@@ -1013,6 +1028,7 @@ export class PostgresBackend implements Backend {
     if (h.state !== 'held') return;
     h.state = 'lost';
     this.disarm(h);
+    this.unrecord(h);
     if (this.held.get(h.key) === h) this.held.delete(h.key);
     for (const cb of this.lost) {
       try {
