@@ -6,6 +6,9 @@
  * Protocol: parent → {type:'setup', spec} → 'ready' | 'failed'; {type:'go'} → 'done' (result);
  * {type:'teardown'} → 'closed'. The worker exits when the parent disconnects.
  */
+import { mkdirSync, writeFileSync } from 'node:fs';
+import { Session } from 'node:inspector/promises';
+import { join } from 'node:path';
 import { etcd, redis, sqlite } from './lib/leasehold.js';
 import { etcdClient, ioredis, loadPostgres, pgClient, pgPool, quit } from './lib/clients.js';
 import { epochNow, errText, now, sleep } from './lib/stats.js';
@@ -157,6 +160,30 @@ async function setup(s: WorkerSpec): Promise<void> {
   if (s.lib !== 'fair-raw') for (let i = 0; i < 20; i++) await (await s2.acquire(`${s.key}:warm:${s.index}`)).release();
 }
 
+/**
+ * With LEASEHOLD_BENCH_PROFILE=<dir>, each round's measurement window (only: not the process's
+ * start-up, which dwarfs it) is CPU-profiled into <dir>/<lib>/<pid>-<round>.cpuprofile; round 0
+ * is the warm-up round of a full run.
+ */
+let rounds = 0;
+async function profiled<T>(f: () => Promise<T>): Promise<T> {
+  const dir = process.env.LEASEHOLD_BENCH_PROFILE;
+  if (!dir) return f();
+  const out = join(dir, spec!.lib);
+  mkdirSync(out, { recursive: true });
+  const session = new Session();
+  session.connect();
+  await session.post('Profiler.enable');
+  await session.post('Profiler.start');
+  try {
+    return await f();
+  } finally {
+    const { profile } = await session.post('Profiler.stop');
+    writeFileSync(join(out, `${process.pid}-${rounds++}.cpuprofile`), JSON.stringify(profile));
+    session.disconnect();
+  }
+}
+
 async function go(): Promise<WorkerResult> {
   const s = spec!;
   const subj = subject!;
@@ -227,7 +254,7 @@ process.on('message', (m: ToWorker) => {
       (e: unknown) => send({ type: 'failed', error: errText(e) }),
     );
   } else if (m.type === 'go') {
-    go().then(
+    profiled(go).then(
       (result) => send({ type: 'done', result }),
       (e: unknown) => send({ type: 'failed', error: errText(e) }),
     );

@@ -82,11 +82,9 @@ const tell = (w: ChildProcess, m: ToWorker) => w.send(m);
 class Pool {
   private constructor(readonly workers: ChildProcess[]) {}
 
-  static start(n: number, lib: string): Pool {
-    // LEASEHOLD_BENCH_PROFILE=<dir>: each worker writes a V8 CPU profile into <dir>/<lib>/
-    // when it exits
-    const argv = PROFILE ? ['--cpu-prof', `--cpu-prof-dir=${join(PROFILE, lib)}`] : [];
-    return new Pool(Array.from({ length: n }, () => forkTs(WORKER, [], argv)));
+  /** With LEASEHOLD_BENCH_PROFILE=<dir>, each worker profiles its rounds into <dir>/<lib>/ (worker.ts). */
+  static start(n: number): Pool {
+    return new Pool(Array.from({ length: n }, () => forkTs(WORKER, [], [])));
   }
 
   async run(specOf: (i: number) => WorkerSpec, setupMs: number, runMs: number): Promise<WorkerResult[]> {
@@ -180,7 +178,7 @@ export async function contended(
   const admin = await ioredis(o.redisPort ?? 6379);
   try {
     for (const plan of plans) {
-      pool ??= Pool.start(o.workers, plan.lib);
+      pool ??= Pool.start(o.workers);
       const key = `bench:${ctx.runId}:contended:${plan.lib}`;
       const per = Math.ceil(o.grants / o.workers);
       const dir = plan.lib.includes('sqlite') ? mkdtempSync(join(tmpdir(), 'leasehold-bench-')) : null;
