@@ -320,8 +320,9 @@ export class PostgresBackend implements Backend {
 
   /**
    * A lease that ended before its holder row was written: the row is not written, and with no
-   * other row pending the timer goes too (under contention a lease often lives < RECORD_MS: the
-   * timer would wake the process once per grant to write nothing).
+   * other row pending the timer is cleared (under contention a lease often lives < RECORD_MS).
+   * Node keeps its libuv timer armed for a cleared timeout, so the process still wakes once at
+   * that time; what this saves is the flush's work, not the wake-up (measured: no change in CPU).
    */
   private unrecord(held: Held): void {
     if (this.records.get(held.key) !== held) return;
