@@ -227,8 +227,9 @@ export async function contended(
         // a fresh pool per library: a worker that ran one library has warmed (JIT) the code the
         // next one shares with it — ioredis, net, streams, timers — and the contended rows run
         // mostly unoptimised code, so a shared pool favoured every library after the first (and
-        // users run one lock library per process). Profiles are written as the workers exit.
-        // A --quick run (a smoke test of the harness, ~10 s per pool start) shares one pool.
+        // users run one lock library per process). A --quick run (a smoke test of the harness,
+        // ~10 s per pool start) shares one pool, unless profiled: a profile of one library must
+        // not start on code another one warmed.
         if (pool && (!ctx.quick || PROFILE)) {
           await pool.close();
           pool = null;
