@@ -3,13 +3,11 @@
  * by bench/run.ts with --expose-gc). Reports renewal traffic (Redis-side command counts and
  * client-side round trips), client CPU and heap over IPC.
  */
-import { mkdirSync, writeFileSync } from 'node:fs';
-import { Session } from 'node:inspector/promises';
-import { join } from 'node:path';
 import { Cluster, type Redis } from 'ioredis';
 import { Mutex } from 'redis-semaphore';
 import type { Lease } from '../src/index.js';
 import { createLocks, redis } from './lib/leasehold.js';
+import { startProfile } from './lib/profile.js';
 import { ioredis, quit } from './lib/clients.js';
 import { errText, now, round, sleep } from './lib/stats.js';
 
@@ -167,24 +165,8 @@ async function runCluster(spec: ScaleSpec): Promise<ScaleResult> {
   };
 }
 
-/**
- * With LEASEHOLD_BENCH_PROFILE=<dir>, the measurement window (only) is CPU-profiled into
- * <dir>/scale-<lib>.cpuprofile (open it in Chrome DevTools or speedscope).
- */
-async function profiler(lib: string): Promise<() => Promise<void>> {
-  const dir = process.env.LEASEHOLD_BENCH_PROFILE;
-  if (!dir) return async () => {};
-  mkdirSync(dir, { recursive: true });
-  const session = new Session();
-  session.connect();
-  await session.post('Profiler.enable');
-  await session.post('Profiler.start');
-  return async () => {
-    const { profile } = await session.post('Profiler.stop');
-    writeFileSync(join(dir, `scale-${lib}.cpuprofile`), JSON.stringify(profile));
-    session.disconnect();
-  };
-}
+/** With LEASEHOLD_BENCH_PROFILE=<dir>, the measurement window (only) goes to <dir>/scale-<lib>.cpuprofile. */
+const profiler = (lib: string) => startProfile(`scale-${lib}`);
 
 const gc = (globalThis as { gc?: () => void }).gc ?? (() => {});
 const mb = (b: number) => round(b / 1048576);

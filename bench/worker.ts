@@ -6,11 +6,9 @@
  * Protocol: parent → {type:'setup', spec} → 'ready' | 'failed'; {type:'go'} → 'done' (result);
  * {type:'teardown'} → 'closed'. The worker exits when the parent disconnects.
  */
-import { mkdirSync, writeFileSync } from 'node:fs';
-import { Session } from 'node:inspector/promises';
-import { join } from 'node:path';
 import { etcd, redis, sqlite } from './lib/leasehold.js';
 import { etcdClient, ioredis, loadPostgres, pgClient, pgPool, quit } from './lib/clients.js';
+import { startProfile } from './lib/profile.js';
 import { epochNow, errText, now, sleep } from './lib/stats.js';
 import {
   fairFloorSubject,
@@ -167,20 +165,11 @@ async function setup(s: WorkerSpec): Promise<void> {
  */
 let rounds = 0;
 async function profiled<T>(f: () => Promise<T>): Promise<T> {
-  const dir = process.env.LEASEHOLD_BENCH_PROFILE;
-  if (!dir) return f();
-  const out = join(dir, spec!.lib);
-  mkdirSync(out, { recursive: true });
-  const session = new Session();
-  session.connect();
-  await session.post('Profiler.enable');
-  await session.post('Profiler.start');
+  const stop = await startProfile(`${spec!.lib}/${process.pid}-${rounds++}`);
   try {
     return await f();
   } finally {
-    const { profile } = await session.post('Profiler.stop');
-    writeFileSync(join(out, `${process.pid}-${rounds++}.cpuprofile`), JSON.stringify(profile));
-    session.disconnect();
+    await stop();
   }
 }
 

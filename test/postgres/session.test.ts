@@ -118,7 +118,7 @@ describe.each(KINDS)('session mode (%s)', (kind) => {
     await a.acquire(k1, { token: 'short-lived-000000000000', ttlMs: 5000 });
     expect(timer()).not.toBeNull();
     expect(await a.release(k1, 'short-lived-000000000000')).toBe(true);
-    // under contention most leases end this way: the process is not woken to write nothing
+    // under contention most leases end this way: the flush does not run for them
     expect(timer()).toBeNull();
     // with another row still due, the timer stays for it
     await a.acquire(k1, { token: 'short-lived-111111111111', ttlMs: 5000 });
