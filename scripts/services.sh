@@ -34,15 +34,24 @@ mkdir -p "$STATE"
 
 log() { printf '[services] %s\n' "$*"; }
 
+# Waits until the command succeeds, for up to WAIT_SECONDS (40). With WAIT_PID (a server this run
+# started), gives up at once if that process exits, and shows the end of WAIT_LOG: a server that
+# could not bind its port says so in a second, instead of a minute of retries.
 wait_for() { # name, command...
-  local name=$1
+  local name=$1 deadline=$((SECONDS + ${WAIT_SECONDS:-40})) pid=${WAIT_PID:-}
   shift
-  for _ in $(seq 1 100); do
-    if "$@" >/dev/null 2>&1; then return 0; fi
+  until "$@" >/dev/null 2>&1; do
+    if [ -n "$pid" ] && ! running "$pid"; then
+      log "$name exited before it came up${WAIT_LOG:+; the end of $WAIT_LOG:}"
+      if [ -n "${WAIT_LOG:-}" ]; then tail -n 8 "$WAIT_LOG" | sed 's/^/    /'; fi
+      return 1
+    fi
+    if [ $SECONDS -ge $deadline ]; then
+      log "$name did not come up"
+      return 1
+    fi
     sleep 0.2
   done
-  log "$name did not come up"
-  return 1
 }
 
 apt_install() {

@@ -11,12 +11,14 @@
 ETCD_PORT="${LEASEHOLD_ETCD_PORT:-2379}"
 ETCD_CLUSTER_PORT="${LEASEHOLD_ETCD_CLUSTER_PORT:-2479}"
 SERVICES+=(etcd etcd-cluster)
+declare -A ETCD_STARTED=() # member name -> pid, for the members this run started
 
 etcd_tools() {
   command -v etcd >/dev/null || apt_install etcd-server
   command -v etcdctl >/dev/null || apt_install etcd-client
 }
-etcd_up() { # client port
+etcd_up() { # client port (nothing listening: down at once, not after etcdctl's 2 s of dialing)
+  etcd_listening "$1" || return 1
   ETCDCTL_API=3 etcdctl --endpoints="http://127.0.0.1:$1" --dial-timeout=1s --command-timeout=2s \
     endpoint health >/dev/null 2>&1
 }
@@ -40,6 +42,10 @@ etcd_start_member() { # name, client port, peer port, initial cluster, token
     --listen-metrics-urls "" --logger zap --log-outputs stderr \
     >>"$STATE/etcd-$name.log" 2>&1 </dev/null &
   echo $! >"$STATE/etcd-$name.pid"
+  ETCD_STARTED[$name]=$!
+}
+etcd_wait_member() { # name, client port
+  WAIT_PID=${ETCD_STARTED[$1]:-} WAIT_LOG="$STATE/etcd-$1.log" wait_for "etcd-$1 on $2" etcd_up "$2"
 }
 etcd_status_member() { # label, name, client port
   local label=$1 name=$2 port=$3 pid
@@ -60,7 +66,7 @@ svc_etcd_start() {
   etcd_tools
   local peer=$((ETCD_PORT + 1))
   etcd_start_member single "$ETCD_PORT" "$peer" "single=http://127.0.0.1:$peer" leasehold-single
-  wait_for "etcd-$ETCD_PORT" etcd_up "$ETCD_PORT"
+  etcd_wait_member single "$ETCD_PORT"
 }
 svc_etcd_stop() { stop_pidfile "etcd on $ETCD_PORT" "$STATE/etcd-single.pid" "etcd --name single "; }
 svc_etcd_status() { etcd_status_member etcd single "$ETCD_PORT"; }
@@ -82,7 +88,7 @@ svc_etcd-cluster_start() {
     etcd_start_member "$name" "$cport" "$pport" "$cluster" leasehold-cluster
   done < <(etcd_cluster_members)
   while read -r name cport pport; do
-    wait_for "etcd-$name" etcd_up "$cport"
+    etcd_wait_member "$name" "$cport"
   done < <(etcd_cluster_members)
 }
 svc_etcd-cluster_stop() {

@@ -65,6 +65,11 @@ zk_start_port() { # port, ensemble, myid
     -cp "$ZK_CP" org.apache.zookeeper.server.quorum.QuorumPeerMain "$dir/zoo.cfg" \
     >"$dir/server.log" 2>&1 </dev/null &
   echo $! >"$STATE/zk-$port.pid"
+  ZK_STARTED[$port]=$!
+}
+declare -A ZK_STARTED=() # port -> pid, for the servers this run started
+zk_wait() { # port
+  WAIT_PID=${ZK_STARTED[$1]:-} WAIT_LOG="$STATE/zk-$1/server.log" wait_for "zookeeper-$1" zk_serving "$1"
 }
 
 zk_install() {
@@ -80,8 +85,8 @@ svc_zookeeper_start() {
     i=$((i + 1))
     zk_start_port "$p" "$ZK_ENSEMBLE_PORTS" "$i"
   done
-  wait_for "zookeeper-$ZK_PORT" zk_serving "$ZK_PORT"
-  for p in $ZK_ENSEMBLE_PORTS; do wait_for "zookeeper-$p" zk_serving "$p"; done
+  zk_wait "$ZK_PORT"
+  for p in $ZK_ENSEMBLE_PORTS; do zk_wait "$p"; done
 }
 
 svc_zookeeper_stop() {

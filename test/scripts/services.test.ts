@@ -7,16 +7,27 @@ import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, expect, test } from 'vitest';
-import { freePort } from '../support/ports.js';
+import { freePort, freeRun } from '../support/ports.js';
 
 const state = mkdtempSync(join(tmpdir(), 'leasehold-services-'));
 const foreign: ChildProcess[] = [];
 let env: NodeJS.ProcessEnv = {};
 
+/**
+ * Runs scripts/services.sh. One that hangs is ended (SIGTERM: its exit trap frees the services'
+ * lock) well before its test's timeout, so it cannot hold that lock through the next tests.
+ */
 function services(...args: string[]): Promise<{ code: number; out: string }> {
   return new Promise((resolve) => {
-    execFile('bash', ['scripts/services.sh', ...args], { env: { ...process.env, ...env } }, (e, stdout, stderr) =>
-      resolve({ code: e ? Number((e as { code?: number }).code ?? 1) : 0, out: stdout + stderr }),
+    execFile(
+      'bash',
+      ['scripts/services.sh', ...args],
+      { env: { ...process.env, ...env }, timeout: 50_000 },
+      (e, stdout, stderr) => {
+        const err = e as { code?: number; killed?: boolean } | null;
+        const code = !err ? 0 : err.killed ? -1 : Number(err.code ?? 1);
+        resolve({ code, out: stdout + stderr + (err?.killed ? '\n(ended after 50 s)' : '') });
+      },
     );
   });
 }
@@ -89,23 +100,6 @@ test('start is idempotent, status reports, stop stops what it started and leaves
   expect(await ping(other)).toBe(true);
 });
 
-/** A base port with `n` consecutive free ports after it (the etcd services use base + 0 … n − 1). */
-async function freeRun(n: number): Promise<number> {
-  const { createServer } = await import('node:net');
-  const free = (port: number) =>
-    new Promise<boolean>((resolve) => {
-      const srv = createServer();
-      srv.once('error', () => resolve(false));
-      srv.listen(port, '127.0.0.1', () => srv.close(() => resolve(true)));
-    });
-  for (;;) {
-    const base = await freePort();
-    let ok = true;
-    for (let i = 1; i < n && ok; i++) ok = await free(base + i);
-    if (ok) return base;
-  }
-}
-
 test('etcd: one member and a 3-member cluster start idempotently, answer health, and stop', async () => {
   const [single, cluster] = [await freeRun(2), await freeRun(6)];
   env = {
@@ -132,7 +126,29 @@ test('etcd: one member and a 3-member cluster start idempotently, answer health,
   expect(stopped.code, stopped.out).toBe(0);
   for (const p of [single, cluster, cluster + 2, cluster + 4]) expect(await health(p)).toBe('down');
   expect((await services('status', 'etcd', 'etcd-cluster')).code).toBe(3);
-}, 60_000);
+}, 120_000);
+
+test('a server that cannot bind its port fails the start at once and shows why', async () => {
+  const base = await freeRun(2);
+  const dir = mkdtempSync(join(tmpdir(), 'leasehold-services-bind-'));
+  const saved = env;
+  env = { LEASEHOLD_SERVICES_DIR: dir, LEASEHOLD_ETCD_PORT: String(base) };
+  const { createServer } = await import('node:net');
+  const squatter = createServer();
+  await new Promise<void>((r) => squatter.listen(base + 1, '127.0.0.1', r)); // the member's peer port
+  try {
+    const t0 = Date.now();
+    const r = await services('start', 'etcd');
+    expect(r.code, r.out).toBe(1);
+    expect(r.out).toContain(`etcd-single on ${base} exited before it came up`);
+    expect(r.out).toMatch(/address already in use/);
+    expect(Date.now() - t0).toBeLessThan(20_000); // not the 40 s of waiting for a dead server
+  } finally {
+    env = saved;
+    squatter.close();
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
 
 test('an unknown service name is refused', async () => {
   const r = await services('status', 'nope');
@@ -173,25 +189,9 @@ function cli(port: number, ...args: string[]): Promise<string> {
   );
 }
 
-/** A free port below 55535 whose cluster bus port (+10000) is free too. */
-async function clusterPort(taken: Set<number>): Promise<number> {
-  const { createServer } = await import('node:net');
-  const free = (port: number) =>
-    new Promise<boolean>((resolve) => {
-      const srv = createServer();
-      srv.once('error', () => resolve(false));
-      srv.listen(port, '127.0.0.1', () => srv.close(() => resolve(true)));
-    });
-  for (;;) {
-    const p = await freePort();
-    if (p < 55535 && !taken.has(p) && (await free(p + 10000))) return p;
-  }
-}
-
 test('cluster: start creates a 3+3 Redis Cluster once, a second start leaves it alone, stop ends it', async () => {
-  const taken = new Set<number>();
-  for (let i = 0; i < 6; i++) taken.add(await clusterPort(taken));
-  const ports = [...taken];
+  const ports: number[] = [];
+  for (let i = 0; i < 6; i++) ports.push(await freeRun(1, { bus: true }));
   env = {
     LEASEHOLD_SERVICES_DIR: state,
     LEASEHOLD_CLUSTER_PORTS: ports.join(' '),
@@ -254,4 +254,4 @@ test('cluster: start creates a 3+3 Redis Cluster once, a second start leaves it 
     expect(stopped.code, stopped.out).toBe(0);
   }
   for (const p of ports) expect(await ping(p)).toBe(false);
-}, 120_000);
+}, 180_000);
