@@ -155,7 +155,7 @@ export interface Backend {
    * The holder finds out at its next renewal (its lease is lost); fences are never reissued.
    */
   forceRelease?(key: string): Promise<LockInfo | null>;
-  /** Session backends report a lost session for the leases it held. */
+  /** Session backends report a lost session for the leases it held, and a lock they freed on their own. */
   onLost?(cb: LostCallback): void;
   results?: ResultStore;
   /** Releases what the backend itself owns (subscriber connections, timers); never user clients. */

@@ -56,16 +56,6 @@ export class Keeper {
     private readonly calls: Calls,
   ) {}
 
-  /** Looks a held lease up by its backend key and token (session backends report loss by them). */
-  find(fullKey: string, token: string): LeaseImpl | undefined {
-    for (const l of this.leases) if (l.fullKey === fullKey && l.token === token) return l;
-    for (const g of this.groups.values()) {
-      const l = g.leases.get(token);
-      if (l && l.fullKey === fullKey) return l;
-    }
-    return undefined;
-  }
-
   /**
    * Tracks a lease; `session` (its Grant's) puts a renewed lease in its session's group, when
    * the backend renews sessions. `sentAt`: when the acquire that granted it was sent.

@@ -148,8 +148,13 @@ class LocksImpl implements Locks, LeaseHost {
     this.warnTtl(this.ttlMs, this.renew);
     setMaxListeners(0, this.closing.signal); // one listener per waiting call, by design
     this.results = this.backend.results ? this.boundedResults(this.backend.results) : undefined;
+    // looked up among the held leases, not in the keeper: whatever the keeper knows, a lease the
+    // backend reports gone is lost
     this.backend.onLost?.((fullKey, token, cause) => {
-      this.keeper.find(fullKey, token)?.lose('the backend session holding it ended', cause);
+      for (const l of this.held) {
+        if (l.fullKey === fullKey && l.token === token)
+          return l.lose('the backend reports it gone (its session ended, or it ran out there)', cause);
+      }
     });
   }
 

@@ -77,6 +77,13 @@ async function loop(p: number, cfg: WorkerConfig, stop: AbortSignal): Promise<vo
     );
   };
   diagnostics.subscribe('leasehold:extend', onExtend);
+  // a second witness of loss, for the reader of a history (the checker goes by `lost`, from the
+  // signal): the engine publishes this before it aborts the signal
+  const onLost = (m: unknown) => {
+    const x = m as { key: string; fence: bigint; reason: string };
+    if (x.key === cfg.key) ev('info', 'lost-event', String(x.fence), { reason: x.reason });
+  };
+  diagnostics.subscribe('leasehold:lost', onLost);
   let n = 0;
   try {
     while (!stop.aborted) {
@@ -121,7 +128,9 @@ async function loop(p: number, cfg: WorkerConfig, stop: AbortSignal): Promise<vo
           ev('info', 'write', fence, { error: errText(e) });
         }
       }
-      ev('invoke', 'release', fence);
+      // the engine's own view, read without the expiry check that `held` makes (which would mark
+      // a lease past its deadline lost here, and hide a keeper that never did)
+      ev('invoke', 'release', fence, { state: (lease as unknown as { state: string }).state });
       try {
         const released = await lease.release();
         ev('ok', 'release', fence, { released });
@@ -133,6 +142,7 @@ async function loop(p: number, cfg: WorkerConfig, stop: AbortSignal): Promise<vo
     }
   } finally {
     diagnostics.unsubscribe('leasehold:extend', onExtend);
+    diagnostics.unsubscribe('leasehold:lost', onLost);
     await Promise.race([locks.close().catch(() => {}), sleep(2000)]);
     await Promise.race([close(), sleep(1000)]);
     await resource.close();

@@ -95,18 +95,23 @@ export class EtcdBackend implements Backend {
     return this.opening;
   }
 
+  /** Tells the engine that the lock of `e` is gone. */
+  private tell(e: Entry, cause: unknown): void {
+    for (const cb of this.lost) {
+      try {
+        cb(e.key, e.token, cause);
+      } catch {
+        // a listener's failure must not stop the others
+      }
+    }
+  }
+
   private sessionDied(s: Session, cause: unknown): void {
     if (this.current === s) this.current = null;
     for (const e of [...this.held.values()]) {
       if (e.session !== s) continue;
       this.forget(e);
-      for (const cb of this.lost) {
-        try {
-          cb(e.key, e.token, cause);
-        } catch {
-          // a listener's failure must not stop the others
-        }
-      }
+      this.tell(e, cause);
     }
     // the server may still hold the lease (our watchdog is early by design): free its keys now
     if (!this.closed) void s.revoke().catch(() => {});
@@ -244,7 +249,10 @@ export class EtcdBackend implements Backend {
     return null;
   }
 
-  /** A lock neither extended nor released within its TTL is freed by the backend itself. */
+  /**
+   * A lock neither extended nor released within its TTL is freed by the backend itself, and the
+   * engine is told (its own deadline comes first, so normally nobody holds it any more by then).
+   */
   private expireAfter(e: Entry, ms: number): void {
     if (e.timer) clearTimeout(e.timer);
     e.timer = setTimeout(
@@ -253,6 +261,7 @@ export class EtcdBackend implements Backend {
         if (this.held.get(e.token) !== e) return;
         this.forget(e);
         void this.deleteEntry(e).catch(() => {});
+        this.tell(e, new BackendError('etcd: the lock was neither extended nor released within its TTL; freed'));
       },
       Math.min(ms, 2_147_483_647),
     );
