@@ -242,6 +242,52 @@ describe('held and signal agree', () => {
   });
 });
 
+describe('a grant at the edge of its validity', () => {
+  test('is signalled lost at its deadline when its renewal does not answer, whether it waited or not', async () => {
+    // ttl 200: validity 196 ms from the attempt's send (1% + 2 ms of drift). A granting attempt
+    // answers 180–193 ms after it was called, by blocking the process (so the attempt's own
+    // 196 ms bound cannot fire first), leaving the lease 3–16 ms. Its first renewal (due at once)
+    // never answers: the keeper must mark it lost at its deadline.
+    const g = gated();
+    const inner = g.backend.acquire;
+    let late = 180;
+    const backend: Backend = {
+      ...g.backend,
+      acquire: async (k, r) => {
+        const t0 = performance.now();
+        const grant = await inner(k, r);
+        if (grant) while (performance.now() < t0 + late); // a slow answer, to the edge of the validity
+        return grant;
+      },
+    };
+    const locks = make(backend, { ttl: 200, opTimeout: '5s', wait: '5s' });
+    const other = make(memory({ store: g.store }), { ttl: 100, renew: false });
+    g.shut('extend');
+    const seen: { left: number; lostAfter: number; why: unknown }[] = [];
+    for (let i = 0; i < 14; i++) {
+      late = 180 + i;
+      const key = `edge-${i}`;
+      // every other one waits: held elsewhere, its first attempt is refused
+      if (i % 2 === 1) await other.acquire(key);
+      const lease = await locks.acquire(key);
+      const at = performance.now();
+      const left = lease.remaining();
+      const why = await new Promise<unknown>((resolve) => {
+        const done = () => resolve(lease.signal.reason);
+        if (lease.signal.aborted) done();
+        else lease.signal.addEventListener('abort', done, { once: true });
+      });
+      seen.push({ left, lostAfter: performance.now() - at, why });
+    }
+    for (const s of seen) {
+      expect(s.left).toBeLessThanOrEqual(16);
+      expect(s.why).toBeInstanceOf(LeaseLostError);
+      expect(s.lostAfter).toBeLessThan(16 + 50); // at its deadline, plus timer slack
+    }
+    g.open();
+  });
+});
+
 describe('options and signals', () => {
   test('opTimeout is validated', () => {
     for (const bad of [0, -1, NaN, Infinity, 'abc', {}, null]) {
