@@ -178,8 +178,10 @@ export class Calls {
 
   /** @internal */
   timeoutError(what: string, key: string | undefined, ms: number): BackendError {
+    // a bound shorter than opTimeout is the lease's validity: a later grant would be void already
+    const why = ms < this.opTimeoutMs ? "the lease's validity, shorter than opTimeout" : 'opTimeout';
     return new BackendError(
-      `${this.backendName}: ${describe(what, key)} did not answer within ${Math.round(ms)}ms (opTimeout)`,
+      `${this.backendName}: ${describe(what, key)} did not answer within ${Math.round(ms)}ms (${why})`,
     );
   }
 

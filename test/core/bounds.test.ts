@@ -114,6 +114,19 @@ describe('a backend that stops answering', () => {
     g.open();
   });
 
+  test('an acquire attempt bounded by the lease validity (shorter than opTimeout) says so when it runs out', async () => {
+    const g = gated();
+    const locks = make(g.backend, { opTimeout: '5s', ttl: 200 });
+    g.shut('acquire');
+    const r = await timed(locks.tryAcquire('v'));
+    expect(r.error).toBeInstanceOf(BackendError);
+    expect(String((r.error as Error).message)).toMatch(
+      /did not answer within 196ms \(the lease's validity, shorter than opTimeout\)/,
+    );
+    expect(r.ms).toBeLessThan(196 + MARGIN);
+    g.open();
+  });
+
   test('an extend that outlives the lease is a LeaseLostError at the lease deadline, not later', async () => {
     const g = gated();
     const locks = make(g.backend, { opTimeout: '5s', ttl: 400, renew: false });
