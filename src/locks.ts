@@ -120,7 +120,8 @@ class LocksImpl implements Locks, LeaseHost {
   readonly retry: Backoff;
   private readonly keeper: Keeper;
   private readonly acquirer: Acquirer;
-  private readonly held = new Set<LeaseImpl>();
+  /** The held leases, by token (a backend reports a lost lock by its key and token). */
+  private readonly held = new Map<string, LeaseImpl>();
   private readonly closing = new AbortController();
   private closed: Promise<void> | null = null;
   private readonly ttlMs: number;
@@ -151,10 +152,8 @@ class LocksImpl implements Locks, LeaseHost {
     // looked up among the held leases, not in the keeper: whatever the keeper knows, a lease the
     // backend reports gone is lost
     this.backend.onLost?.((fullKey, token, cause) => {
-      for (const l of this.held) {
-        if (l.fullKey === fullKey && l.token === token)
-          return l.lose('the backend reports it gone (its session ended, or it ran out there)', cause);
-      }
+      const l = this.held.get(token);
+      if (l?.fullKey === fullKey) l.lose('the backend reports it gone (its session ended, or it ran out there)', cause);
     });
   }
 
@@ -175,7 +174,7 @@ class LocksImpl implements Locks, LeaseHost {
 
   // ---- LeaseHost
   untrack(lease: LeaseImpl): void {
-    this.held.delete(lease);
+    if (this.held.get(lease.token) === lease) this.held.delete(lease.token);
     this.keeper.remove(lease);
   }
   settled(lease: LeaseImpl): void {
@@ -219,7 +218,7 @@ class LocksImpl implements Locks, LeaseHost {
   grant(p: Parsed, token: string, g: Grant, sentAt: number, waitedMs: number, attempts: number): LeaseImpl {
     const lease = new LeaseImpl(this, p.key, p.fullKey, token, g.fence, p.ttlMs, p.renew, sentAt);
     if (g.expiresAt !== undefined && g.session === undefined) lease.claimedUntil(g.expiresAt);
-    this.held.add(lease);
+    this.held.set(token, lease);
     this.acquirer.held(p.fullKey);
     this.keeper.add(lease, g.session, sentAt); // a lease that hangs off a session is renewed with it
     if (channels.acquire.hasSubscribers) {
@@ -390,7 +389,7 @@ class LocksImpl implements Locks, LeaseHost {
     this.calls.abortAll(closed); // and every call in flight
     const bound = this.calls.opTimeoutMs;
     this.keeper.stop();
-    for (const lease of [...this.held]) lease.release().catch(() => {}); // tracked calls
+    for (const lease of [...this.held.values()]) lease.release().catch(() => {}); // tracked calls
     // releases, and attempts still in flight (a late grant is released by its own call)
     await this.calls.drain(bound);
     const backend = this.backend;
