@@ -120,8 +120,11 @@ class LocksImpl implements Locks, LeaseHost {
   readonly retry: Backoff;
   private readonly keeper: Keeper;
   private readonly acquirer: Acquirer;
-  /** The held leases, by token (a backend reports a lost lock by its key and token). */
-  private readonly held = new Map<string, LeaseImpl>();
+  /**
+   * The held leases, by token (a backend reports a lost lock by its key and token). A `#` field:
+   * its keys are tokens, and neither `util.inspect` nor a walk over properties may reach them.
+   */
+  readonly #held = new Map<string, LeaseImpl>();
   private readonly closing = new AbortController();
   private closed: Promise<void> | null = null;
   private readonly ttlMs: number;
@@ -152,7 +155,7 @@ class LocksImpl implements Locks, LeaseHost {
     // looked up among the held leases, not in the keeper: whatever the keeper knows, a lease the
     // backend reports gone is lost
     this.backend.onLost?.((fullKey, token, cause) => {
-      const l = this.held.get(token);
+      const l = this.#held.get(token);
       if (l?.fullKey === fullKey) l.lose('the backend reports it gone (its session ended, or it ran out there)', cause);
     });
   }
@@ -174,7 +177,7 @@ class LocksImpl implements Locks, LeaseHost {
 
   // ---- LeaseHost
   untrack(lease: LeaseImpl): void {
-    if (this.held.get(lease.token) === lease) this.held.delete(lease.token);
+    if (this.#held.get(lease.token) === lease) this.#held.delete(lease.token);
     this.keeper.remove(lease);
   }
   settled(lease: LeaseImpl): void {
@@ -218,7 +221,7 @@ class LocksImpl implements Locks, LeaseHost {
   grant(p: Parsed, token: string, g: Grant, sentAt: number, waitedMs: number, attempts: number): LeaseImpl {
     const lease = new LeaseImpl(this, p.key, p.fullKey, token, g.fence, p.ttlMs, p.renew, sentAt);
     if (g.expiresAt !== undefined && g.session === undefined) lease.claimedUntil(g.expiresAt);
-    this.held.set(token, lease);
+    this.#held.set(token, lease);
     this.acquirer.held(p.fullKey);
     this.keeper.add(lease, g.session, sentAt); // a lease that hangs off a session is renewed with it
     if (channels.acquire.hasSubscribers) {
@@ -389,7 +392,7 @@ class LocksImpl implements Locks, LeaseHost {
     this.calls.abortAll(closed); // and every call in flight
     const bound = this.calls.opTimeoutMs;
     this.keeper.stop();
-    for (const lease of [...this.held.values()]) lease.release().catch(() => {}); // tracked calls
+    for (const lease of [...this.#held.values()]) lease.release().catch(() => {}); // tracked calls
     // releases, and attempts still in flight (a late grant is released by its own call)
     await this.calls.drain(bound);
     const backend = this.backend;
@@ -411,10 +414,10 @@ class LocksImpl implements Locks, LeaseHost {
   /** Never the backend's clients or their options (passwords) at any depth. */
   [inspect.custom](): string {
     const state = this.closing.signal.aborted ? 'closed' : 'open';
-    return `Locks { backend: '${this.backend.name}', prefix: '${this.prefix}', held: ${this.held.size}, ${state} }`;
+    return `Locks { backend: '${this.backend.name}', prefix: '${this.prefix}', held: ${this.#held.size}, ${state} }`;
   }
 
   toJSON(): { backend: string; prefix: string; held: number } {
-    return { backend: this.backend.name, prefix: this.prefix, held: this.held.size };
+    return { backend: this.backend.name, prefix: this.prefix, held: this.#held.size };
   }
 }
