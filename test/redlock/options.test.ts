@@ -83,7 +83,7 @@ describe('redlock(clients, opts) validation', () => {
     made.push(...cs);
     const b = redlock(cs);
     expect(b.name).toBe('redlock');
-    expect(b.capabilities).toEqual({ push: true, fair: false, value: true, results: true, session: false });
+    expect(b.capabilities).toEqual({ push: true, fair: true, value: true, results: true, session: false });
     const ac = new AbortController();
     const waiting = b.waitForChange!('cap', ac.signal, 10_000);
     await b.close(); // wakes the waiter and closes only the backend's own subscriber connections

@@ -35,7 +35,7 @@ import {
   valueKey,
   WRITE_FENCE,
 } from './scripts.js';
-import { PLACE_MS, type Wakeups } from './wakeups.js';
+import { PLACE_MS, TURN_MS, type Wakeups } from './wakeups.js';
 
 /** What an attempt needs from its backend. */
 export interface Ctx {
@@ -99,7 +99,18 @@ export function releaseOn(
   arrival?: number,
 ) {
   const place = arrival === undefined ? ['', 0, 0] : [ctx.wakeups.channel, arrival, PLACE_MS];
-  const args = [token, id, channelOf(key), publish ? '1' : '0', '', ctx.cfg.fenceIdleMs, id + key, '', ...place];
+  const args = [
+    token,
+    id,
+    channelOf(key),
+    publish ? '1' : '0',
+    '',
+    ctx.cfg.fenceIdleMs,
+    id + key,
+    '',
+    ...place,
+    TURN_MS,
+  ];
   return ctx.one(i, { script: RELEASE, keys: releaseKeys(key), args }).then(
     (r) => r === 1,
     () => false,

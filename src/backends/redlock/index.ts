@@ -42,7 +42,7 @@ import {
   valueKey,
 } from './scripts.js';
 import { Subscriptions } from './subscriptions.js';
-import { Wakeups } from './wakeups.js';
+import { TURN_MS, Wakeups } from './wakeups.js';
 
 export type { RedlockOptions } from './options.js';
 export type { IoredisLike, NodeRedisLike, RedisClientLike } from '../redis/client.js';
@@ -62,7 +62,7 @@ class RedlockBackend implements Backend {
   readonly name = 'redlock';
   readonly capabilities: BackendCapabilities = {
     push: true,
-    fair: false,
+    fair: true,
     value: true,
     results: true,
     session: false,
@@ -229,6 +229,7 @@ class RedlockBackend implements Backend {
       '',
       0,
       0,
+      TURN_MS,
     ];
     const r = await round(
       this.all,

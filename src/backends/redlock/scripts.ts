@@ -53,21 +53,50 @@ end
  * value, fenceIdleMs, granted channel, wake channel ('' = not waiting), arrival ms, place ms.
  * → {1, counter} granted (the node's counter after this grant), {0} held, or {0, pttl} held and
  * the caller's wake channel is (re)registered in the waiter queue with a place of `place ms`.
- * A grant leaves the caller's place alone (a failed attempt keeps it on every node, so the nodes
- * keep agreeing on the head); its release removes it.
+ * Fair: while waiters are queued, a free lock goes only to the live head of the queue (the
+ * lowest arrival; places that lapsed are dropped on the way, and the caller's own place counts as
+ * live: it is attempting now). Anyone else is refused as if the lock were held — a waiting caller
+ * is registered, a caller that does not wait (tryAcquire) never barges past the queue.
+ * A grant removes the caller's place; the clean-up of a failed attempt registers it again with
+ * the same arrival, so the nodes keep agreeing on the head.
  * The counter: INCR; if that made it 1 it was missing (or 0), so it is seeded from TIME in µs.
- * Lean on purpose: on a small machine the node's time per script shows in every acquire.
+ * Lean on purpose: on a small machine the node's time per script shows in every acquire; with
+ * nobody queued the fairness costs one EXISTS.
  */
 export const ACQUIRE = script(`
-if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  if ARGV[7] == '' then return {0} end
-  local t = redis.call('TIME')
-  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-  redis.call('ZADD', KEYS[5], 'NX', ARGV[8], ARGV[7])
-  redis.call('ZADD', KEYS[6], string.format('%.0f', now + tonumber(ARGV[9])), ARGV[7])
+local me = ARGV[7]
+local now
+local function clock()
+  if not now then
+    local t = redis.call('TIME')
+    now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  end
+  return now
+end
+local function live_head()
+  for _ = 1, 64 do
+    local h = redis.call('ZRANGE', KEYS[5], 0, 0)[1]
+    if not h or h == me then return h end
+    local exp = tonumber(redis.call('ZSCORE', KEYS[6], h))
+    if exp and exp > clock() then return h end
+    redis.call('ZREM', KEYS[5], h)
+    redis.call('ZREM', KEYS[6], h)
+  end
+  return redis.call('ZRANGE', KEYS[5], 0, 0)[1]
+end
+local head = false
+if redis.call('EXISTS', KEYS[5]) == 1 then head = live_head() end
+if (head and head ~= me) or not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  if me == '' then return {0} end
+  redis.call('ZADD', KEYS[5], 'NX', ARGV[8], me)
+  redis.call('ZADD', KEYS[6], string.format('%.0f', clock() + tonumber(ARGV[9])), me)
   redis.call('PEXPIRE', KEYS[5], ARGV[9])
   redis.call('PEXPIRE', KEYS[6], ARGV[9])
   return {0, redis.call('PTTL', KEYS[1])}
+end
+if head then
+  redis.call('ZREM', KEYS[5], me)
+  redis.call('ZREM', KEYS[6], me)
 end
 if ARGV[3] == '1' then
   redis.call('SET', KEYS[3], ARGV[4], 'PX', ARGV[2])
@@ -122,12 +151,15 @@ return 1
  * of this token), released channel, publish ('1' | '0'), floor ('' = none), fenceIdleMs, wake
  * message, the releasing backend's own wake channel ('' = keep it), and for the clean-up of a
  * failed waiting attempt its place (wake channel or '', arrival ms, place ms): registered as its
- * refusal would have, so every node keeps the same head. → 1 deleted, 0 not ours.
+ * refusal would have, so every node keeps the same head; then the head's turn (ms). → 1 deleted,
+ * 0 not ours.
  * A holder that saw a higher counter on some node (a counter seeded later) raises the counter of
  * every node it held to that floor as it lets go, so the nodes' counters come back in step and
  * the next grant is one round again.
  * With publish: the releaser's own place and the places that lapsed are dropped from the waiter queue (at most 100 per call),
  * and the wake message goes to the head's channel only — one waiting backend, not every waiter.
+ * The head's place is cut to its turn: it lapses unless the head attempts within `turn` ms, so a
+ * dead head holds the queue up for at most that long (plus the next waiter's refresh).
  */
 export const RELEASE = script(
   MATCH +
@@ -162,7 +194,19 @@ if ARGV[4] == '1' then
       redis.call('ZREM', KEYS[6], unpack(dead))
     end
     h = redis.call('ZRANGE', KEYS[5], 0, 0)
-    if h[1] then redis.call('PUBLISH', h[1], ARGV[7]) end
+    if h[1] then
+      redis.call('PUBLISH', h[1], ARGV[7])
+      -- its turn: a head that does not come for the free lock within turn ms (dead, or its
+      -- message lost) loses its place to the next waiter; a live one registers again on its
+      -- next attempt, with its arrival (a failed attempt's own clean-up leaves its place alone)
+      if h[1] ~= ARGV[9] then
+        local turn = now + tonumber(ARGV[12])
+        local exp = tonumber(redis.call('ZSCORE', KEYS[6], h[1]))
+        if exp and exp > turn then
+          redis.call('ZADD', KEYS[6], string.format('%.0f', turn), h[1])
+        end
+      end
+    end
   end
 end
 return 1

@@ -24,6 +24,13 @@ import { ID_LEN } from './scripts.js';
 export const PLACE_MS = 3000;
 /** The longest a waiter sleeps before it attempts again (which refreshes its place). */
 export const REFRESH_MS = PLACE_MS / 3;
+/**
+ * A woken head's turn: a release cuts the head's place to this, so a head that does not attempt
+ * in time (dead, its messages lost) stops holding up the waiters behind it (the next one gets the
+ * lock at its next attempt, within REFRESH_MS); a live head that was late registers again with
+ * its arrival and keeps its rank.
+ */
+export const TURN_MS = 500;
 /** Release ids remembered per key to drop the other nodes' copies of one wake-up. */
 const SEEN = 8;
 
@@ -66,7 +73,9 @@ export class Wakeups {
    */
   before(key: string): { wakes: number; arrival: number } {
     let arrival = this.arrivals.get(key);
-    if (arrival === undefined) this.arrivals.set(key, (arrival = Date.now()));
+    // wall-clock ms to the µs: waiters that arrive within one ms of each other keep their order
+    if (arrival === undefined)
+      this.arrivals.set(key, (arrival = Math.round((performance.timeOrigin + performance.now()) * 1000) / 1000));
     return { wakes: this.waits.before(key), arrival };
   }
 

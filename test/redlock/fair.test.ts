@@ -1,0 +1,126 @@
+/**
+ * Arrival-order fairness on Redlock (issue #16, point 4), on the shared nodes 7001..7005. While
+ * waiters are queued, a node grants its free lock only to the live head of its waiter queue:
+ *   - a caller that does not wait (tryAcquire) cannot barge past a head that has its turn, and a
+ *     head that does not come (SIGSTOPped) holds the queue up only for its turn, not its place;
+ *   - nodes that disagree on the head (a place missing on a minority) still serve the earlier
+ *     waiter first, and the later one right after.
+ * The conformance suite checks the plain case: five processes' waiters served in arrival order.
+ */
+import { type ChildProcess, spawn } from 'node:child_process';
+import { randomUUID } from 'node:crypto';
+import { fileURLToPath } from 'node:url';
+import { afterAll, afterEach, beforeAll, describe, expect, test } from 'vitest';
+import { redlock } from '../../src/backends/redlock/index.js';
+import { PLACE_MS, REFRESH_MS, TURN_MS } from '../../src/backends/redlock/wakeups.js';
+import { createLocks, type Locks } from '../../src/index.js';
+import { type AnyClient, clients, closeClients, raw, requireShared, SHARED_PORTS } from './nodes.js';
+
+const CHILD = fileURLToPath(new URL('./child.ts', import.meta.url));
+const prefix = `lh-rlfair-${randomUUID().slice(0, 8)}`;
+const open: Locks[] = [];
+const kids: ChildProcess[] = [];
+const conns: AnyClient[][] = [];
+let admin: AnyClient[];
+
+beforeAll(async () => {
+  await requireShared();
+  admin = await clients('ioredis', SHARED_PORTS);
+});
+afterEach(async () => {
+  for (const k of kids.splice(0)) {
+    if (k.exitCode !== null) continue;
+    k.kill('SIGCONT');
+    k.kill('SIGKILL');
+  }
+  await Promise.allSettled(open.splice(0).map((l) => l.close()));
+  await Promise.allSettled(conns.splice(0).map((c) => closeClients(c)));
+});
+afterAll(() => closeClients(admin));
+
+/** A Locks on its own clients and backend (its own wake channel: a waiter of its own). */
+async function instance() {
+  const cs = await clients('ioredis', SHARED_PORTS);
+  conns.push(cs);
+  const backend = redlock(cs);
+  const locks = createLocks(backend, { prefix, ttl: '30s' });
+  open.push(locks);
+  return { locks, channel: (backend as unknown as { wakeups: { channel: string } }).wakeups.channel };
+}
+
+async function until(f: () => Promise<boolean>, ms: number): Promise<boolean> {
+  const end = performance.now() + ms;
+  while (performance.now() < end) {
+    if (await f()) return true;
+    await new Promise((r) => setTimeout(r, 20));
+  }
+  return false;
+}
+
+/** Waiters registered for the key, in queue order, on every node. */
+const queues = (key: string): Promise<string[][]> =>
+  Promise.all(admin.map((c) => raw(c, 'ZRANGE', `{${prefix}:${key}}:q`, '0', '-1') as Promise<string[]>));
+const queuedEverywhere = async (key: string, n: number) => (await queues(key)).every((q) => q.length === n);
+
+describe('redlock arrival-order fairness (5 nodes, ioredis)', () => {
+  test('nobody barges past a head that has its turn; a head that does not come holds the queue up for its turn only', async () => {
+    const key = 'turn';
+    const { locks: a } = await instance();
+    const { locks: b } = await instance();
+    const held = await a.acquire(key);
+    const child = spawn(
+      process.execPath,
+      ['--import', 'tsx', CHILD, 'queue', SHARED_PORTS.join(','), prefix, key, '30000'],
+      { stdio: ['ignore', 'pipe', 'inherit'] },
+    );
+    kids.push(child);
+    expect(await until(() => queuedEverywhere(key, 1), 20_000)).toBe(true);
+    child.kill('SIGSTOP'); // alive and queued, but it will not come for the lock
+    const releasedAt = performance.now();
+    await held.release(); // the lock is free on every node; the head's turn begins
+    const barging = await b.tryAcquire(key);
+    const tried = performance.now() - releasedAt;
+    expect(tried).toBeLessThan(TURN_MS); // still the head's turn when it was refused
+    expect(barging).toBeNull();
+    // a waiting caller gets it once the head's turn has lapsed, at its next attempt: long before
+    // the head's place would have lapsed by itself (PLACE_MS after its last attempt)
+    const lease = await b.acquire(key, { wait: '20s' });
+    const delay = performance.now() - releasedAt;
+    console.log(
+      `[rl-fair] stopped head: refused a barging tryAcquire after ${Math.round(tried)} ms, next grant ${Math.round(delay)} ms after the release`,
+    );
+    expect(delay).toBeGreaterThanOrEqual(TURN_MS - 50);
+    expect(delay).toBeLessThan(PLACE_MS - REFRESH_MS);
+    await lease.release();
+  }, 60_000);
+
+  test('nodes that disagree on the head still serve the earlier waiter first, the later one next', async () => {
+    const key = 'disagree';
+    const { locks: holder } = await instance();
+    const first = await instance();
+    const second = await instance();
+    const held = await holder.acquire(key);
+    const order: string[] = [];
+    const w1 = first.locks.withLock(key, () => void order.push('first'), { wait: '20s' });
+    w1.catch(() => {}); // may reject before it is awaited below
+    expect(await until(() => queuedEverywhere(key, 1), 5000)).toBe(true);
+    const w2 = second.locks.withLock(key, () => void order.push('second'), { wait: '20s' });
+    w2.catch(() => {});
+    expect(await until(() => queuedEverywhere(key, 2), 5000)).toBe(true);
+    expect((await queues(key)).every((q) => q[0] === first.channel)).toBe(true);
+    // two of the five nodes lose the first waiter's place (as after a restart without persistence):
+    // there the second waiter is the head, and those nodes wake it
+    for (const c of admin.slice(0, 2)) {
+      await raw(c, 'ZREM', `{${prefix}:${key}}:q`, first.channel);
+      await raw(c, 'ZREM', `{${prefix}:${key}}:qx`, first.channel);
+    }
+    const releasedAt = performance.now();
+    await held.release();
+    await Promise.all([w1, w2]);
+    const took = performance.now() - releasedAt;
+    console.log(`[rl-fair] disagreeing heads: ${order.join(', ')} served within ${Math.round(took)} ms of the release`);
+    expect(order).toEqual(['first', 'second']);
+    expect(took).toBeLessThan(2 * REFRESH_MS + 1000);
+    expect(await until(async () => (await queues(key)).every((q) => q.length === 0), 2000)).toBe(true);
+  }, 60_000);
+});
