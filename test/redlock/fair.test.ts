@@ -11,6 +11,7 @@ import { type ChildProcess, spawn } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
 import { fileURLToPath } from 'node:url';
 import { afterAll, afterEach, beforeAll, describe, expect, test } from 'vitest';
+import type { RedisAdapter } from '../../src/backends/redis/client.js';
 import { redlock } from '../../src/backends/redlock/index.js';
 import { PLACE_MS, REFRESH_MS, TURN_MS } from '../../src/backends/redlock/wakeups.js';
 import { createLocks, type Locks } from '../../src/index.js';
@@ -38,14 +39,35 @@ afterEach(async () => {
 });
 afterAll(() => closeClients(admin));
 
-/** A Locks on its own clients and backend (its own wake channel: a waiter of its own). */
+/**
+ * A Locks on its own clients and backend (its own wake channel: a waiter of its own). While
+ * `deaf.on`, the wake-ups on its channel are dropped at the client (lost on the way).
+ */
 async function instance() {
   const cs = await clients('ioredis', SHARED_PORTS);
   conns.push(cs);
   const backend = redlock(cs);
+  const internals = backend as unknown as {
+    nodes: { adapter: RedisAdapter }[];
+    wakeups: { channel: string; waits: { waiters: Map<string, Set<unknown>> } };
+  };
+  const deaf = { on: false, dropped: 0 };
+  for (const { adapter } of internals.nodes) {
+    const subscribe = adapter.subscribe.bind(adapter);
+    adapter.subscribe = (channel, listener) =>
+      subscribe(channel, (ch, message) => {
+        if (deaf.on && ch === internals.wakeups.channel) {
+          deaf.dropped++;
+          return;
+        }
+        listener(ch, message);
+      });
+  }
   const locks = createLocks(backend, { prefix, ttl: '30s' });
   open.push(locks);
-  return { locks, channel: (backend as unknown as { wakeups: { channel: string } }).wakeups.channel };
+  /** Calls of this backend now asleep in a wait (subscribed: only a wake-up or the refresh ends it). */
+  const sleeping = () => internals.wakeups.waits.waiters.size;
+  return { locks, channel: internals.wakeups.channel, deaf, sleeping };
 }
 
 async function until(f: () => Promise<boolean>, ms: number): Promise<boolean> {
@@ -122,5 +144,34 @@ describe('redlock arrival-order fairness (5 nodes, ioredis)', () => {
     expect(order).toEqual(['first', 'second']);
     expect(took).toBeLessThan(2 * REFRESH_MS + 1000);
     expect(await until(async () => (await queues(key)).every((q) => q.length === 0), 2000)).toBe(true);
+  }, 60_000);
+
+  test('a woken head that gives up before it comes wakes the next waiter at once, not at its refresh', async () => {
+    const key = 'leave';
+    const { locks: holder } = await instance();
+    const first = await instance();
+    const second = await instance();
+    const held = await holder.acquire(key);
+    const giveUp = new AbortController();
+    const w1 = first.locks.acquire(key, { wait: '20s', signal: giveUp.signal });
+    w1.catch(() => {}); // rejects with the abort below
+    expect(await until(() => queuedEverywhere(key, 1), 5000)).toBe(true);
+    const w2 = second.locks.acquire(key, { wait: '20s' });
+    w2.catch(() => {});
+    const asleep = async () => (await queuedEverywhere(key, 2)) && first.sleeping() === 1 && second.sleeping() === 1;
+    expect(await until(asleep, 5000)).toBe(true);
+    // the second waiter just attempted: left alone, it attempts again only ~REFRESH_MS from now
+    first.deaf.on = true; // the head never hears its wake-up
+    await held.release();
+    const gaveUpAt = performance.now();
+    giveUp.abort(new Error('gave up'));
+    await expect(w1).rejects.toThrow('gave up');
+    const lease = await w2;
+    const delay = performance.now() - gaveUpAt;
+    console.log(`[rl-fair] head gave up after its wake-up: next waiter granted ${Math.round(delay)} ms later`);
+    // it was woken (the release's messages may be read after the second waiter's grant), and did not come
+    expect(await until(async () => first.deaf.dropped > 0, 2000)).toBe(true);
+    expect(delay).toBeLessThan(REFRESH_MS / 2);
+    await lease.release();
   }, 60_000);
 });

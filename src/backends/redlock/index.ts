@@ -306,7 +306,11 @@ class RedlockBackend implements Backend {
   async leave(key: string, _token: string): Promise<void> {
     this.wakeups.forget(key);
     if (this.closed) return;
-    const call = { script: LEAVE, keys: [queueKey(key), placesKey(key)], args: [this.wakeups.channel] };
+    const call = {
+      script: LEAVE,
+      keys: [queueKey(key), placesKey(key), lockKey(key)],
+      args: [this.wakeups.channel, this.wakeups.nextId() + key, TURN_MS],
+    };
     await Promise.all(this.all.map((i) => bounded(this.one(i, call), this.cfg.nodeTimeoutMs, 0)));
   }
 

@@ -49,6 +49,32 @@ end
 `;
 
 /**
+ * Lua: wakes the next waiter of a lock just freed on this node. Drops the places that lapsed (at
+ * most 100), publishes `msg` to the head's channel only, and cuts the head's place to its turn
+ * (`turn` ms): a head that does not come for the free lock in that time (dead, its message lost)
+ * loses its place to the next waiter; a live one registers again on its next attempt, with its
+ * arrival. `except`: a waiter whose place is left alone (a failed attempt's own clean-up).
+ */
+const WAKE = `
+local function wake_head(q, qx, msg, except, turn)
+  if not redis.call('ZRANGE', q, 0, 0)[1] then return end
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  local dead = redis.call('ZRANGEBYSCORE', qx, '-inf', string.format('%.0f', now), 'LIMIT', 0, 100)
+  if #dead > 0 then
+    redis.call('ZREM', q, unpack(dead))
+    redis.call('ZREM', qx, unpack(dead))
+  end
+  local h = redis.call('ZRANGE', q, 0, 0)[1]
+  if not h then return end
+  redis.call('PUBLISH', h, msg)
+  if h == except then return end
+  local exp = tonumber(redis.call('ZSCORE', qx, h))
+  if exp and exp > now + turn then redis.call('ZADD', qx, string.format('%.0f', now + turn), h) end
+end
+`;
+
+/**
  * KEYS: lock, fence, value, pin, waiter queue, places. ARGV: id..token, ttlMs, hasValue ('1' | '0'),
  * value, fenceIdleMs, granted channel, wake channel ('' = not waiting), arrival ms, place ms.
  * → {1, counter} granted (the node's counter after this grant), {0} held, or {0, pttl} held and
@@ -163,6 +189,7 @@ return 1
  */
 export const RELEASE = script(
   MATCH +
+    WAKE +
     `
 -- the releaser's place goes on every node, held there or not (a stale place would put it first)
 if ARGV[8] ~= '' and redis.call('ZREM', KEYS[5], ARGV[8]) == 1 then redis.call('ZREM', KEYS[6], ARGV[8]) end
@@ -184,42 +211,27 @@ if ARGV[9] ~= '' then
 end
 if ARGV[4] == '1' then
   redis.call('PUBLISH', ARGV[3], '1')
-  local h = redis.call('ZRANGE', KEYS[5], 0, 0)
-  if h[1] then
-    local t = redis.call('TIME')
-    local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-    local dead = redis.call('ZRANGEBYSCORE', KEYS[6], '-inf', string.format('%.0f', now), 'LIMIT', 0, 100)
-    if #dead > 0 then
-      redis.call('ZREM', KEYS[5], unpack(dead))
-      redis.call('ZREM', KEYS[6], unpack(dead))
-    end
-    h = redis.call('ZRANGE', KEYS[5], 0, 0)
-    if h[1] then
-      redis.call('PUBLISH', h[1], ARGV[7])
-      -- its turn: a head that does not come for the free lock within turn ms (dead, or its
-      -- message lost) loses its place to the next waiter; a live one registers again on its
-      -- next attempt, with its arrival (a failed attempt's own clean-up leaves its place alone)
-      if h[1] ~= ARGV[9] then
-        local turn = now + tonumber(ARGV[12])
-        local exp = tonumber(redis.call('ZSCORE', KEYS[6], h[1]))
-        if exp and exp > turn then
-          redis.call('ZADD', KEYS[6], string.format('%.0f', turn), h[1])
-        end
-      end
-    end
-  end
+  wake_head(KEYS[5], KEYS[6], ARGV[7], ARGV[9], tonumber(ARGV[12]))
 end
 return 1
 `,
 );
 
 /**
- * KEYS: waiter queue, places. ARGV: wake channel. A waiter that gave up leaves the queue. → 1 | 0.
+ * KEYS: waiter queue, places, lock. ARGV: wake channel, wake message, turn ms. A waiter that gave
+ * up leaves the queue. If it was the head and the lock is free here (it was woken and gave up
+ * before it came), the next waiter is woken as by a release. → 1 | 0.
  */
-export const LEAVE = script(`
+export const LEAVE = script(
+  WAKE +
+    `
+local head = redis.call('ZRANGE', KEYS[1], 0, 0)[1] == ARGV[1]
 redis.call('ZREM', KEYS[2], ARGV[1])
-return redis.call('ZREM', KEYS[1], ARGV[1])
-`);
+local left = redis.call('ZREM', KEYS[1], ARGV[1])
+if head and redis.call('EXISTS', KEYS[3]) == 0 then wake_head(KEYS[1], KEYS[2], ARGV[2], '', tonumber(ARGV[3])) end
+return left
+`,
+);
 
 /**
  * KEYS: lock, pin, fence, value. ARGV: id..token, fence, granted channel. A node whose counter is
