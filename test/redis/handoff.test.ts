@@ -96,6 +96,24 @@ describe.each(['ioredis', 'node-redis'] as ClientKind[])('hand-over on %s', (kin
     expect(total).toBeLessThanOrEqual(n * per);
   }, 60_000);
 
+  test('waiters refused within the same millisecond are served in the order the server queued them', async () => {
+    const key = `same-ms-${kind}`;
+    const shared = await clients.make(kind);
+    const holder = await instance(kind, { ttl: '10s' });
+    for (let round = 0; round < 3; round++) {
+      const held = await holder.locks.acquire(key, { wait: '10s' });
+      // five backends on one connection: their attempts reach the server in call order, back to back
+      const xs = await Promise.all(Array.from({ length: 5 }, () => instance(kind, { ttl: '10s' }, shared)));
+      const order: number[] = [];
+      const waits = xs.map(({ locks }, i) => locks.withLock(key, () => void order.push(i), { wait: '10s' }));
+      for (const w of waits) w.catch(() => {}); // may reject before it is awaited below
+      expect(await until(async () => (await queueLength(key)) === 5, 5000)).toBe(true);
+      await held.release();
+      await Promise.all(waits);
+      expect(order).toEqual([0, 1, 2, 3, 4]);
+    }
+  }, 60_000);
+
   test('a hand-over is granted on its message, with no round trip; its claim becomes the TTL at the first renewal', async () => {
     const key = `no-confirm-${kind}`;
     const { locks: a } = await instance(kind, { ttl: '10s' });

@@ -7,7 +7,7 @@
  *             so a counter lost in a restart without persistence comes back above every fence
  *             issued before (while the server's clock does not step back); it expires after
  *             max(fenceIdle, ttl) without a grant or renewal (docs/redis.md, "Fences")
- *   {k}:q     arrival queue of waiters (ZSET `<channel>|<token>` → arrival ms)
+ *   {k}:q     arrival queue of waiters (ZSET `<channel>|<token>` → arrival, the server's µs)
  *   {k}:qx    expiry of each waiter's place (ZSET member → expiry ms): `place` ms (a few seconds,
  *             whatever the lease TTL) after the waiter's last attempt; a waiting caller attempts
  *             again at least every place/3, so only a dead waiter's place lapses
@@ -64,9 +64,10 @@ local function mint(fence, idle)
   if c < 9007199254740992 then return string.format('%.0f', c) end
   return redis.call('GET', fence) -- exact: Lua numbers are doubles
 end
+-- the server's time in ms, and in µs (exact: below 2^53) for arrival scores
 local function now_ms()
   local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000), tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
 local function live_head(q, qx, now)
   for _ = 1, 64 do
@@ -185,7 +186,7 @@ if cur == ARGV[1] then
   redis.call('PEXPIRE', F, idle)
   return f
 end
-local now = now_ms()
+local now, arrival = now_ms()
 if not cur then
   local head = live_head(Q, QX, now)
   if (not head) or head == member then
@@ -197,7 +198,8 @@ if not cur then
 end
 if queue then
   local place = tonumber(ARGV[6])
-  redis.call('ZADD', Q, 'NX', now, member)
+  -- arrival in µs: waiters refused within one ms keep the order the server refused them in
+  redis.call('ZADD', Q, 'NX', string.format('%.0f', arrival), member)
   redis.call('ZADD', QX, now + place, member)
   if ARGV[4] ~= '' then redis.call('HSET', QV, member, ARGV[4]) end
   if redis.call('PTTL', Q) < place then
