@@ -49,7 +49,7 @@ async function instance() {
   const backend = redlock(cs);
   const internals = backend as unknown as {
     nodes: { adapter: RedisAdapter }[];
-    wakeups: { channel: string; waits: { waiters: Map<string, Set<unknown>> } };
+    wakeups: { channel: string; skewMs: number; waits: { waiters: Map<string, Set<unknown>> } };
   };
   const deaf = { on: false, dropped: 0 };
   for (const { adapter } of internals.nodes) {
@@ -67,7 +67,9 @@ async function instance() {
   open.push(locks);
   /** Calls of this backend now asleep in a wait (subscribed: only a wake-up or the refresh ends it). */
   const sleeping = () => internals.wakeups.waits.waiters.size;
-  return { locks, channel: internals.wakeups.channel, deaf, sleeping };
+  /** Puts this host's wall clock `ms` off, as on a host without NTP. */
+  const skew = (ms: number) => void (internals.wakeups.skewMs = ms);
+  return { locks, channel: internals.wakeups.channel, deaf, sleeping, skew };
 }
 
 async function until(f: () => Promise<boolean>, ms: number): Promise<boolean> {
@@ -144,6 +146,35 @@ describe('redlock arrival-order fairness (5 nodes, ioredis)', () => {
     expect(order).toEqual(['first', 'second']);
     expect(took).toBeLessThan(2 * REFRESH_MS + 1000);
     expect(await until(async () => (await queues(key)).every((q) => q.length === 0), 2000)).toBe(true);
+  }, 60_000);
+
+  test('a host whose clock is a minute behind does not jump the queue: arrivals follow the nodes’ clock', async () => {
+    const key = 'skew';
+    const { locks: holder } = await instance();
+    const slow = await instance();
+    const other = await instance();
+    slow.skew(-60_000);
+    const held = await holder.acquire(key);
+    // one queued refusal tells the slow host how far the nodes' clock is from its own
+    const learn = new AbortController();
+    const first = slow.locks.acquire(key, { wait: '20s', signal: learn.signal });
+    first.catch(() => {}); // rejects with the abort below
+    expect(await until(() => queuedEverywhere(key, 1), 5000)).toBe(true);
+    learn.abort(new Error('learnt'));
+    await expect(first).rejects.toThrow('learnt');
+    expect(await until(() => queuedEverywhere(key, 0), 5000)).toBe(true);
+    // now the other host arrives first, the slow one second
+    const order: string[] = [];
+    const w1 = other.locks.withLock(key, () => void order.push('other'), { wait: '20s' });
+    w1.catch(() => {});
+    expect(await until(() => queuedEverywhere(key, 1), 5000)).toBe(true);
+    const w2 = slow.locks.withLock(key, () => void order.push('slow'), { wait: '20s' });
+    w2.catch(() => {});
+    expect(await until(() => queuedEverywhere(key, 2), 5000)).toBe(true);
+    expect((await queues(key)).every((q) => q[0] === other.channel)).toBe(true);
+    await held.release();
+    await Promise.all([w1, w2]);
+    expect(order).toEqual(['other', 'slow']);
   }, 60_000);
 
   test('a woken head that gives up before it comes wakes the next waiter at once, not at its refresh', async () => {

@@ -143,11 +143,17 @@ export async function acquire(ctx: Ctx, key: string, request: AcquireRequest): P
     PLACE_MS,
   ];
   const pttls: (number | undefined)[] = [];
+  // the nodes' clocks, from queued refusals: the next arrivals are aligned to them
+  const clocks: { node: number; sent: number; received: number }[] = [];
+  const sent = before ? ctx.wakeups.wallNow() : 0;
   const r1 = await round(
     ctx.all,
     (i) =>
       ctx.one(i, { script: ACQUIRE, keys, args }).then((r) => {
-        if (Array.isArray(r) && r[0] === 0 && r.length > 1) pttls[i] = Number(r[1]);
+        if (Array.isArray(r) && r[0] === 0 && r.length > 1) {
+          pttls[i] = Number(r[1]);
+          if (before && r.length > 2) clocks.push({ node: Number(r[2]), sent, received: ctx.wakeups.wallNow() });
+        }
         return parseCounter(r);
       }),
     Math.min(ctx.cfg.nodeTimeoutMs, validity),
@@ -229,7 +235,10 @@ export async function acquire(ctx: Ctx, key: string, request: AcquireRequest): P
     return { fence };
   }
   // the clean-ups below wake the head waiter; when that is this backend, they must not wake it
-  if (before) ctx.wakeups.refused(key, before.wakes, freeIn(pttls, q - granted.length), id);
+  if (before) {
+    ctx.wakeups.refused(key, before.wakes, freeIn(pttls, q - granted.length), id);
+    ctx.wakeups.observe(clocks);
+  }
 
   // Failed: give back every partial grant at once (bounded: a dead node must not hold us up).
   // a waiting attempt keeps its place on the nodes that granted it, as on those that refused

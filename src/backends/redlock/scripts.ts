@@ -77,8 +77,9 @@ end
 /**
  * KEYS: lock, fence, value, pin, waiter queue, places. ARGV: id..token, ttlMs, hasValue ('1' | '0'),
  * value, fenceIdleMs, granted channel, wake channel ('' = not waiting), arrival ms, place ms.
- * → {1, counter} granted (the node's counter after this grant), {0} held, or {0, pttl} held and
- * the caller's wake channel is (re)registered in the waiter queue with a place of `place ms`.
+ * → {1, counter} granted (the node's counter after this grant), {0} held, or {0, pttl, node ms}
+ * held and the caller's wake channel is (re)registered in the waiter queue with a place of
+ * `place ms` (the node's time lets the caller align its arrivals to the nodes' clock).
  * Fair: while waiters are queued, a free lock goes only to the live head of the queue (the
  * lowest arrival; places that lapsed are dropped on the way, and the caller's own place counts as
  * live: it is attempting now). Anyone else is refused as if the lock were held — a waiting caller
@@ -118,7 +119,7 @@ if (head and head ~= me) or not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', 
   redis.call('ZADD', KEYS[6], string.format('%.0f', clock() + tonumber(ARGV[9])), me)
   redis.call('PEXPIRE', KEYS[5], ARGV[9])
   redis.call('PEXPIRE', KEYS[6], ARGV[9])
-  return {0, redis.call('PTTL', KEYS[1])}
+  return {0, redis.call('PTTL', KEYS[1]), now}
 end
 if head then
   redis.call('ZREM', KEYS[5], me)

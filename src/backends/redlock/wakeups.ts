@@ -73,10 +73,38 @@ export class Wakeups {
    */
   before(key: string): { wakes: number; arrival: number } {
     let arrival = this.arrivals.get(key);
-    // wall-clock ms to the µs: waiters that arrive within one ms of each other keep their order
-    if (arrival === undefined)
-      this.arrivals.set(key, (arrival = Math.round((performance.timeOrigin + performance.now()) * 1000) / 1000));
+    // the nodes' clock as this backend sees it, to the µs: waiters that arrive within one ms of
+    // each other keep their order, and a host whose own clock is off does not jump the queue
+    if (arrival === undefined) this.arrivals.set(key, (arrival = Math.round(this.nodeNow() * 1000) / 1000));
     return { wakes: this.waits.before(key), arrival };
+  }
+
+  /** Test hook: how far this host's wall clock is off (ms), as a host without NTP would be. */
+  skewMs = 0;
+  /** Median offset of the nodes' clocks from this host's (ms), from queued refusals; 0 until one. */
+  private offsetMs = 0;
+
+  /** This host's wall clock, ms (fractional). */
+  wallNow(): number {
+    return performance.timeOrigin + performance.now() + this.skewMs;
+  }
+
+  /** The nodes' time now, as estimated from this host's clock and the offset last observed. */
+  private nodeNow(): number {
+    return this.wallNow() + this.offsetMs;
+  }
+
+  /**
+   * The node times that queued refusals carried, each with this host's wall clock when its attempt
+   * was sent and when the reply came: the median offset (node − host, at the round trip's middle)
+   * becomes the offset of later arrivals. Every node gets the same arrival from one waiter, so
+   * they keep ordering the waiters alike; aligned to the nodes' clock, arrivals from different
+   * hosts compare by when the nodes saw them, whatever each host's own clock says.
+   */
+  observe(samples: readonly { node: number; sent: number; received: number }[]): void {
+    if (samples.length === 0) return;
+    const offsets = samples.map((x) => x.node - (x.sent + x.received) / 2).sort((a, b) => a - b);
+    this.offsetMs = offsets[offsets.length >> 1]!;
   }
 
   /** A queued attempt was refused; messages carrying `ownId` (its own clean-ups) are no wake-up. */
