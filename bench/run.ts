@@ -207,6 +207,19 @@ async function main(): Promise<number> {
     { lib: 'leasehold-sqlite', name: 'leasehold (sqlite)', config: 'data_version polling, fair queue, one host' },
     { lib: 'sqlite-raw', name: 'raw SQLite BEGIN IMMEDIATE', config: "SQLite's busy handler, one host" },
   ];
+  if (!quick) {
+    // Redlock on the five shared nodes (section 3's); a full run only: the poller takes its deadline
+    plans.splice(
+      4,
+      0,
+      {
+        lib: 'leasehold-redlock',
+        name: 'leasehold (redlock, 5 nodes)',
+        config: "wakes the head's process, fair grant on a majority",
+      },
+      { lib: 'sesamecare-5', name: '@sesamecare-oss/redlock (5 nodes)', config: 'polls 200 ± 100 ms' },
+    );
+  }
   if (pgReady?.ready) {
     plans.push({ lib: 'pg-raw', name: 'raw pg_advisory_lock (floor)', config: 'blocks in the server' });
     plans.push({

@@ -6,9 +6,10 @@
  * Protocol: parent → {type:'setup', spec} → 'ready' | 'failed'; {type:'go'} → 'done' (result);
  * {type:'teardown'} → 'closed'. The worker exits when the parent disconnects.
  */
-import { etcd, redis, sqlite } from './lib/leasehold.js';
+import { etcd, redis, redlockModule, sqlite } from './lib/leasehold.js';
 import { etcdClient, ioredis, loadPostgres, pgClient, pgPool, quit } from './lib/clients.js';
 import { startProfile } from './lib/profile.js';
+import { SHARED } from './sections/redlock.js';
 import { epochNow, errText, now, sleep } from './lib/stats.js';
 import {
   fairFloorSubject,
@@ -30,6 +31,8 @@ export type WorkerLib =
   | 'sqlite-raw'
   | 'leasehold-zk'
   | 'leasehold-etcd'
+  | 'leasehold-redlock'
+  | 'sesamecare-5'
   | 'fair-raw';
 
 export interface WorkerSpec {
@@ -117,6 +120,18 @@ async function setup(s: WorkerSpec): Promise<void> {
             : s.lib === 'sesamecare'
               ? sesamecareSubject('sesamecare', [c], times, true)
               : semaphoreMutexSubject('semaphore', c, times);
+      break;
+    }
+    case 'leasehold-redlock':
+    case 'sesamecare-5': {
+      // five independent masters (the shared nodes of section 3), one connection to each
+      const cs = await Promise.all(SHARED.map((p) => ioredis(p)));
+      closers.push(() => Promise.all(cs.map((c) => quit(c))));
+      for (const c of cs) counted(c); // commands: all five connections' (counted resets once, at setup)
+      subject =
+        s.lib === 'leasehold-redlock'
+          ? leaseholdSubject('leasehold-redlock', (await redlockModule()).redlock(cs), times)
+          : sesamecareSubject('sesamecare-5', cs, times, true);
       break;
     }
     case 'pg-raw': {

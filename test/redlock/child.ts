@@ -2,6 +2,9 @@
  * A process of the Redlock hand-over tests.
  *   queue <ports> <prefix> <key> <ttlMs>   waits for the key (acquire, wait 1h) on the nodes at
  *                                          the comma-separated ports; prints {kind:'held'} if granted
+ *   contend <ports> <prefix> <key> <ttlMs> <count>
+ *                                          acquires and releases the key `count` times (1 ms held),
+ *                                          printing {kind:'waits', waits:[ms…]} at the end
  * The parent SIGKILLs it while it waits.
  */
 import { Redis } from 'ioredis';
@@ -15,6 +18,17 @@ const [role, ports, prefix, key, ttl] = process.argv.slice(2);
 const clients = ports!.split(',').map((p) => new Redis(Number(p), '127.0.0.1', { maxRetriesPerRequest: 1 }));
 const locks = createLocks(redlock(clients), { prefix: prefix!, ttl: Number(ttl), wait: '1h' });
 
+if (role === 'contend') {
+  const waits: number[] = [];
+  for (let i = 0; i < Number(process.argv[7]); i++) {
+    const t0 = performance.now();
+    const lease = await locks.acquire(key!);
+    waits.push(performance.now() - t0);
+    await new Promise((r) => setTimeout(r, 1));
+    await lease.release();
+  }
+  say({ kind: 'waits', waits });
+}
 if (role === 'queue') {
   say({ kind: 'waiting' });
   const lease = await locks.acquire(key!);

@@ -6,7 +6,9 @@
  * waiter attempts again. A release drops lapsed places and publishes to the head's channel only,
  * on each node it reaches: one waiting backend hears it (up to once per node), nobody else. The
  * message is `<release id><key>`; the copies from several nodes carry the same release id, so a
- * waiter counts one wake-up per release.
+ * waiter counts one wake-up per release and attempt: a copy that arrives after the waiter's
+ * attempt was sent wakes it again (that node had not let go when the attempt reached it; the
+ * attempt may have failed for it).
  *
  * Pub/sub stays a hint: a waiter also wakes at the holder's expiry (as the refusals reported it;
  * a crashed holder publishes nothing) and at least every `REFRESH_MS`, when it attempts again
@@ -76,6 +78,9 @@ export class Wakeups {
     // the nodes' clock as this backend sees it, to the µs: waiters that arrive within one ms of
     // each other keep their order, and a host whose own clock is off does not jump the queue
     if (arrival === undefined) this.arrivals.set(key, (arrival = Math.round(this.nodeNow() * 1000) / 1000));
+    // the copies of a release that reach us from here on wake this attempt's caller again: a node
+    // that had not let go yet when the attempt arrived sends its copy only once it has
+    this.seen.delete(key);
     return { wakes: this.waits.before(key), arrival };
   }
 
