@@ -15,7 +15,7 @@ import type { RedisAdapter } from '../../src/backends/redis/client.js';
 import { redlock } from '../../src/backends/redlock/index.js';
 import { PLACE_MS, REFRESH_MS, TURN_MS } from '../../src/backends/redlock/wakeups.js';
 import { createLocks, type Locks } from '../../src/index.js';
-import { type AnyClient, clients, closeClients, raw, requireShared, SHARED_PORTS } from './nodes.js';
+import { type AnyClient, clients, closeClients, eventually, raw, requireShared, SHARED_PORTS } from './nodes.js';
 
 const CHILD = fileURLToPath(new URL('./child.ts', import.meta.url));
 const prefix = `lh-rlfair-${randomUUID().slice(0, 8)}`;
@@ -72,15 +72,6 @@ async function instance() {
   return { locks, channel: internals.wakeups.channel, deaf, sleeping, skew };
 }
 
-async function until(f: () => Promise<boolean>, ms: number): Promise<boolean> {
-  const end = performance.now() + ms;
-  while (performance.now() < end) {
-    if (await f()) return true;
-    await new Promise((r) => setTimeout(r, 20));
-  }
-  return false;
-}
-
 /** Waiters registered for the key, in queue order, on every node. */
 const queues = (key: string): Promise<string[][]> =>
   Promise.all(admin.map((c) => raw(c, 'ZRANGE', `{${prefix}:${key}}:q`, '0', '-1') as Promise<string[]>));
@@ -98,7 +89,7 @@ describe('redlock arrival-order fairness (5 nodes, ioredis)', () => {
       { stdio: ['ignore', 'pipe', 'inherit'] },
     );
     kids.push(child);
-    expect(await until(() => queuedEverywhere(key, 1), 20_000)).toBe(true);
+    await eventually(() => queuedEverywhere(key, 1), 20_000, 'one waiter queued on every node');
     child.kill('SIGSTOP'); // alive and queued, but it will not come for the lock
     const releasedAt = performance.now();
     await held.release(); // the lock is free on every node; the head's turn begins
@@ -127,10 +118,10 @@ describe('redlock arrival-order fairness (5 nodes, ioredis)', () => {
     const order: string[] = [];
     const w1 = first.locks.withLock(key, () => void order.push('first'), { wait: '20s' });
     w1.catch(() => {}); // may reject before it is awaited below
-    expect(await until(() => queuedEverywhere(key, 1), 5000)).toBe(true);
+    await eventually(() => queuedEverywhere(key, 1), 5000, 'one waiter queued on every node');
     const w2 = second.locks.withLock(key, () => void order.push('second'), { wait: '20s' });
     w2.catch(() => {});
-    expect(await until(() => queuedEverywhere(key, 2), 5000)).toBe(true);
+    await eventually(() => queuedEverywhere(key, 2), 5000, 'two waiters queued on every node');
     expect((await queues(key)).every((q) => q[0] === first.channel)).toBe(true);
     // two of the five nodes lose the first waiter's place (as after a restart without persistence):
     // there the second waiter is the head, and those nodes wake it
@@ -145,7 +136,11 @@ describe('redlock arrival-order fairness (5 nodes, ioredis)', () => {
     console.log(`[rl-fair] disagreeing heads: ${order.join(', ')} served within ${Math.round(took)} ms of the release`);
     expect(order).toEqual(['first', 'second']);
     expect(took).toBeLessThan(2 * REFRESH_MS + 1000);
-    expect(await until(async () => (await queues(key)).every((q) => q.length === 0), 2000)).toBe(true);
+    await eventually(
+      async () => (await queues(key)).every((q) => q.length === 0),
+      2000,
+      'an empty queue on every node',
+    );
   }, 60_000);
 
   test('under contention every handoff is woken: no waiter sits out a refresh while the lock changes hands', async () => {
@@ -191,18 +186,18 @@ describe('redlock arrival-order fairness (5 nodes, ioredis)', () => {
     const learn = new AbortController();
     const first = slow.locks.acquire(key, { wait: '20s', signal: learn.signal });
     first.catch(() => {}); // rejects with the abort below
-    expect(await until(() => queuedEverywhere(key, 1), 5000)).toBe(true);
+    await eventually(() => queuedEverywhere(key, 1), 5000, 'one waiter queued on every node');
     learn.abort(new Error('learnt'));
     await expect(first).rejects.toThrow('learnt');
-    expect(await until(() => queuedEverywhere(key, 0), 5000)).toBe(true);
+    await eventually(() => queuedEverywhere(key, 0), 5000, 'an empty queue on every node');
     // now the other host arrives first, the slow one second
     const order: string[] = [];
     const w1 = other.locks.withLock(key, () => void order.push('other'), { wait: '20s' });
     w1.catch(() => {});
-    expect(await until(() => queuedEverywhere(key, 1), 5000)).toBe(true);
+    await eventually(() => queuedEverywhere(key, 1), 5000, 'one waiter queued on every node');
     const w2 = slow.locks.withLock(key, () => void order.push('slow'), { wait: '20s' });
     w2.catch(() => {});
-    expect(await until(() => queuedEverywhere(key, 2), 5000)).toBe(true);
+    await eventually(() => queuedEverywhere(key, 2), 5000, 'two waiters queued on every node');
     expect((await queues(key)).every((q) => q[0] === other.channel)).toBe(true);
     await held.release();
     await Promise.all([w1, w2]);
@@ -218,11 +213,11 @@ describe('redlock arrival-order fairness (5 nodes, ioredis)', () => {
     const giveUp = new AbortController();
     const w1 = first.locks.acquire(key, { wait: '20s', signal: giveUp.signal });
     w1.catch(() => {}); // rejects with the abort below
-    expect(await until(() => queuedEverywhere(key, 1), 5000)).toBe(true);
+    await eventually(() => queuedEverywhere(key, 1), 5000, 'one waiter queued on every node');
     const w2 = second.locks.acquire(key, { wait: '20s' });
     w2.catch(() => {});
     const asleep = async () => (await queuedEverywhere(key, 2)) && first.sleeping() === 1 && second.sleeping() === 1;
-    expect(await until(asleep, 5000)).toBe(true);
+    await eventually(asleep, 5000, 'both waiters queued and asleep');
     // the second waiter just attempted: left alone, it attempts again only ~REFRESH_MS from now
     first.deaf.on = true; // the head never hears its wake-up
     await held.release();
@@ -233,7 +228,7 @@ describe('redlock arrival-order fairness (5 nodes, ioredis)', () => {
     const delay = performance.now() - gaveUpAt;
     console.log(`[rl-fair] head gave up after its wake-up: next waiter granted ${Math.round(delay)} ms later`);
     // it was woken (the release's messages may be read after the second waiter's grant), and did not come
-    expect(await until(async () => first.deaf.dropped > 0, 2000)).toBe(true);
+    await eventually(async () => first.deaf.dropped > 0, 2000, 'the head to be woken (its messages dropped)');
     expect(delay).toBeLessThan(REFRESH_MS / 2);
     await lease.release();
   }, 60_000);
