@@ -15,6 +15,25 @@ const aborted = (s: AbortSignal) =>
     s.aborted ? r(s.reason) : s.addEventListener('abort', () => r(s.reason), { once: true }),
   );
 
+/**
+ * Counts the statements a backend sends from now on over the connections it holds now (its
+ * session, spare and waiter connections): a spy on its private fields, for tests of what needs
+ * no round trip.
+ */
+function statements(backend: unknown): () => number {
+  const b = backend as { conn: unknown; spares: unknown[]; waits: Map<string, { conn: unknown }> };
+  const conns = new Set([b.conn, ...b.spares, ...[...b.waits.values()].map((w) => w.conn)].filter((c) => !!c));
+  let n = 0;
+  for (const c of conns as Set<Record<string, (...a: unknown[]) => unknown>>) {
+    for (const m of ['query', 'prepared']) {
+      const orig = c[m]!.bind(c);
+      c[m] = (...a: unknown[]) => (n++, orig(...a));
+    }
+  }
+  expect(conns.size).toBeGreaterThan(0);
+  return () => n;
+}
+
 /** Connections checked out of the user's client and not given back (0 = baseline). */
 /** pg: connections checked out once the holder rows (written just after each grant) are in. */
 async function settled(client: any): Promise<number> {
@@ -131,6 +150,34 @@ describe.each(KINDS)('session mode (%s)', (kind) => {
     expect(rows.rows).toEqual([{ key: k2, fence: String(g2!.fence) }]);
     await a.close();
     await admin.query(`drop schema "${schema}" cascade`);
+  });
+
+  test('a grant from the server queue is taken after the pause without a statement (handedOver), once, by its token', async () => {
+    const key = `leasehold:${uid()}`;
+    const [a, b] = [await env.backend(kind), await env.backend(kind)];
+    const g1 = await a.acquire(key, { token: 'holder-aaaaaaaaaaaaaaaa', ttlMs: 5000 });
+    const req = { token: 'waiter-bbbbbbbbbbbbbbbb', ttlMs: 5000, queue: true, renew: true };
+    expect(await b.acquire(key, req)).toBeNull(); // refused: it waits in the server's queue
+    expect(b.handedOver!(key, req)).toBeNull(); // nothing granted yet
+    const changed = b.waitForChange!(key, new AbortController().signal, 5000);
+    const sent = statements(b);
+    expect(await a.release(key, 'holder-aaaaaaaaaaaaaaaa')).toBe(true);
+    await changed;
+    const before = sent();
+    // not for another token, nor for a caller whose holder value must be written first
+    expect(b.handedOver!(key, { ...req, token: 'someone-else-cccccccccc' })).toBeNull();
+    expect(b.handedOver!(key, { ...req, value: 'leader-b' })).toBeNull();
+    const g2 = b.handedOver!(key, req);
+    expect(g2 !== null && g2.fence > g1!.fence).toBe(true);
+    expect(sent()).toBe(before); // taken with no round trip
+    expect(b.handedOver!(key, req)).toBeNull(); // once
+    // held: another backend is refused; the holder's token releases it
+    expect(await a.acquire(key, { token: 'holder-dddddddddddddddd', ttlMs: 5000 })).toBeNull();
+    expect(await b.release(key, req.token)).toBe(true);
+    expect(sent()).toBeGreaterThan(before); // (the spy sees the release's statement)
+    const g3 = await a.acquire(key, { token: 'holder-eeeeeeeeeeeeeeee', ttlMs: 5000 });
+    expect(g3 !== null && g3.fence > g2!.fence).toBe(true);
+    await Promise.all([a.close(), b.close()]);
   });
 
   test('a wrong token neither releases nor extends; inspect never shows the token', async () => {

@@ -477,12 +477,35 @@ export class PostgresBackend implements Backend {
 
   /** A granted wait becomes a lease of the caller whose attempt claims it. */
   private claim(w: Wait, request: AcquireRequest, calledAt: number): Promise<Grant | null> {
+    return this.granted(this.takeWait(w, request.token), request, calledAt);
+  }
+
+  /** A granted wait ends; its lock is the caller's from now on (on the waiter connection). */
+  private takeWait(w: Wait, token: string): Held {
     if (w.claimTimer) clearTimeout(w.claimTimer);
     w.claimTimer = null;
     w.state = 'ended';
     if (this.waits.get(w.key) === w) this.waits.delete(w.key);
-    const held = this.newHeld(w.key, request.token, w.lockKey, w.fence, w.conn!);
-    return this.granted(held, request, calledAt);
+    return this.newHeld(w.key, token, w.lockKey, w.fence, w.conn!);
+  }
+
+  /**
+   * The engine asks this after a pause, in place of an attempt: a grant the server's queue gave
+   * to this caller's wait is taken here without a bounded call, a promise or a statement (the
+   * waiter's path from the server's answer to its lease, which every contended handoff waits
+   * for). Null leaves everything to the attempt: no such grant yet, or one that needs I/O or a
+   * check first (a holder value to write, a closed backend or connection).
+   */
+  handedOver(key: string, request: AcquireRequest): Grant | null {
+    const w = this.waits.get(key);
+    if (!w || w.state !== 'granted' || w.token !== request.token || !request.queue) return null;
+    if (request.value !== undefined || this.closed || !this.schemaOk || !w.conn || w.conn.closed) return null;
+    const held = this.takeWait(w, request.token);
+    this.held.set(key, held);
+    this.windowLeft.delete(key);
+    this.expireAt(held, performance.now() + request.ttlMs);
+    this.record(held, null);
+    return { fence: held.fence };
   }
 
   /** Ends a wait: out of the queue (its connection is dropped), or its unclaimed grant let go. */
