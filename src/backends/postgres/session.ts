@@ -24,6 +24,7 @@ import type {
   ResultStore,
 } from '../../backend.js';
 import { inspect } from 'node:util';
+import { cancel, deadlines, after, Timed } from '../../deadlines.js';
 import { BackendError, ClosedError, InvalidArgumentError, LeaseholdError } from '../../errors.js';
 import { backendError, schemaError, timed, type Conn, type Db, type Row } from './client.js';
 import { advisoryKey, checkFullKey, lockParts } from './keys.js';
@@ -66,11 +67,12 @@ interface Wait {
   conn: Conn | null;
   state: 'waiting' | 'granted' | 'ended';
   fence: bigint;
-  /** Resolves when the wait is over (granted, failed or cancelled). */
-  readonly over: Promise<void>;
-  finish: () => void;
+  /** True once the wait is over (granted, failed or cancelled). */
+  over: boolean;
+  /** The caller's pause on this wait (`waitForChange`), woken when it is over. */
+  sleeper: QueueSleep | null;
   /** Lets go of a grant nobody claimed. */
-  claimTimer: NodeJS.Timeout | null;
+  claimTimer: Timed | null;
   /** True once the statement is in the server's queue (seen in pg_locks) or answered. */
   queued: boolean;
 }
@@ -400,8 +402,6 @@ export class PostgresBackend implements Backend {
       this.spareBack(conn);
       return null;
     }
-    let finish = () => {};
-    const over = new Promise<void>((r) => (finish = r));
     const w: Wait = {
       key,
       token,
@@ -409,8 +409,8 @@ export class PostgresBackend implements Backend {
       conn,
       state: 'waiting',
       fence: 0n,
-      over,
-      finish: () => finish(),
+      over: false,
+      sleeper: null,
       claimTimer: null,
       queued: false,
     };
@@ -455,8 +455,7 @@ export class PostgresBackend implements Backend {
         w.fence = BigInt(r);
         this.queueGrants++;
         remember(this.contended, w.key, performance.now());
-        w.claimTimer = setTimeout(() => this.cancelWait(w), CLAIM_MS);
-        w.claimTimer.unref();
+        w.claimTimer = after(CLAIM_MS, () => this.cancelWait(w));
         return;
       }
       if (r !== 'held') remember(this.windowLeft, w.key, Number(r.slice(1)));
@@ -471,7 +470,7 @@ export class PostgresBackend implements Backend {
         if (this.waits.get(w.key) === w) this.waits.delete(w.key);
         if (spare) this.spareBack(conn);
       }
-      w.finish();
+      finishWait(w);
     }
   }
 
@@ -482,7 +481,7 @@ export class PostgresBackend implements Backend {
 
   /** A granted wait ends; its lock is the caller's from now on (on the waiter connection). */
   private takeWait(w: Wait, token: string): Held {
-    if (w.claimTimer) clearTimeout(w.claimTimer);
+    if (w.claimTimer) cancel(w.claimTimer);
     w.claimTimer = null;
     w.state = 'ended';
     if (this.waits.get(w.key) === w) this.waits.delete(w.key);
@@ -511,7 +510,7 @@ export class PostgresBackend implements Backend {
   /** Ends a wait: out of the queue (its connection is dropped), or its unclaimed grant let go. */
   private cancelWait(w: Wait): void {
     if (this.waits.get(w.key) === w) this.waits.delete(w.key);
-    if (w.claimTimer) clearTimeout(w.claimTimer);
+    if (w.claimTimer) cancel(w.claimTimer);
     w.claimTimer = null;
     const was = w.state;
     w.state = 'ended';
@@ -524,7 +523,7 @@ export class PostgresBackend implements Backend {
       // lets go at once of a lock it grants to one
       conn.destroy(new Error('leasehold: wait cancelled'));
     }
-    w.finish();
+    finishWait(w);
   }
 
   /** Removes a caller that gave up from the server's queue. */
@@ -676,30 +675,29 @@ export class PostgresBackend implements Backend {
     if (h.conn !== this.conn) this.spareBack(h.conn);
   }
 
-  async waitForChange(key: string, signal: AbortSignal, maxMs: number): Promise<void> {
-    if (typeof key !== 'string') return;
+  waitForChange(key: string, signal: AbortSignal, maxMs: number): Promise<void> {
+    if (typeof key !== 'string') return Promise.resolve();
     const windowMs = this.windowLeft.get(key);
     this.windowLeft.delete(key);
     const w = this.waits.get(key);
     if (w && windowMs === undefined) {
-      // in the server's queue: woken by the grant alone (or when the wait ends)
-      if (w.state !== 'waiting' || signal.aborted) return;
-      let timer: NodeJS.Timeout | undefined;
-      let onAbort = () => {};
-      await Promise.race([
-        w.over,
-        new Promise<void>((r) => {
-          timer = setTimeout(r, Math.max(0, Math.min(maxMs, 2_147_483_647)));
-          onAbort = () => r();
-          signal.addEventListener('abort', onAbort, { once: true });
-        }),
-      ]);
-      clearTimeout(timer);
-      signal.removeEventListener('abort', onAbort);
-      return;
+      // in the server's queue: woken by the grant alone (or when the wait ends); one object, on
+      // the engine's shared timer (this is on the path of every contended handoff)
+      if (w.over || w.state !== 'waiting' || signal.aborted) return Promise.resolve();
+      return new Promise<void>((resolve) => {
+        w.sleeper?.done();
+        const s = new QueueSleep(w, signal, resolve);
+        w.sleeper = s;
+        deadlines.add(s, Math.max(0, maxMs));
+        signal.addEventListener('abort', s, { once: true });
+      });
     }
     const cap = windowMs === undefined ? POLL_MS : Math.max(POLL_MS, windowMs + 5);
-    return this.notifier.wait(key, advisoryKey(key).toString(), signal, Math.min(maxMs, cap));
+    try {
+      return this.notifier.wait(key, advisoryKey(key).toString(), signal, Math.min(maxMs, cap));
+    } catch (e) {
+      return Promise.reject(e);
+    }
   }
 
   /** Calls `onChange` on each grant and release of `key` (NOTIFY), and on a reconnect. */
@@ -1127,5 +1125,39 @@ function remember(map: Map<string, number>, key: string, value: number): void {
   if (map.size > 4096) {
     const oldest = map.keys().next().value;
     if (oldest !== undefined) map.delete(oldest);
+  }
+}
+
+/** A wait is over: its caller's pause (if any) returns. */
+function finishWait(w: Wait): void {
+  w.over = true;
+  w.sleeper?.done();
+}
+
+/** A caller's pause on its wait in the server's queue: over, its bound, or its abort. */
+class QueueSleep extends Timed {
+  constructor(
+    private readonly w: Wait,
+    private readonly signal: AbortSignal,
+    private readonly resolve: () => void,
+  ) {
+    super();
+  }
+
+  /** Returns once (a second call does nothing). */
+  done(): void {
+    if (this.w.sleeper !== this) return;
+    this.w.sleeper = null;
+    deadlines.remove(this);
+    this.signal.removeEventListener('abort', this);
+    this.resolve();
+  }
+
+  fire(): void {
+    this.done();
+  }
+
+  handleEvent(): void {
+    this.done();
   }
 }
