@@ -209,8 +209,12 @@ async function go(): Promise<WorkerResult> {
     const a = now();
     let h;
     try {
-      h = await subj.acquire(s.key);
+      h = await subj.acquire(s.key, s.deadlineMs - (now() - t0));
     } catch (e) {
+      if (now() - t0 > s.deadlineMs) {
+        incomplete = true; // gave up at the deadline: not an error of the library
+        break;
+      }
       errors++;
       lastError = errText(e);
       continue;

@@ -21,7 +21,11 @@ export interface Held {
 
 export interface Subject {
   readonly name: string;
-  acquire(key: string): Promise<Held>;
+  /**
+   * `budgetMs`: the most this acquire may wait (the contended worker's time left to its deadline);
+   * only a subject whose wait would otherwise outlast the run honours it (below).
+   */
+  acquire(key: string, budgetMs?: number): Promise<Held>;
   close(): Promise<void>;
 }
 
@@ -132,8 +136,14 @@ export function sesamecareSubject(name: string, clients: Redis[], t: LockTimes, 
   redlock.on('error', () => {}); // per-node failures are reported here; the bench counts outcomes
   return {
     name,
-    async acquire(key) {
-      const lock = await redlock.acquire([key], t.ttlMs);
+    async acquire(key, budgetMs) {
+      // a poller on 5 nodes can wait tens of seconds: within a contended run it retries only
+      // until the worker's deadline, so the run ends and reports (it used to outlast the harness's
+      // wait for its result, and the row was lost)
+      const lock =
+        waits && budgetMs !== undefined
+          ? await redlock.acquire([key], t.ttlMs, { retryCount: Math.max(0, Math.floor(budgetMs / 200)) })
+          : await redlock.acquire([key], t.ttlMs);
       return { release: () => lock.release() };
     },
     close: async () => {}, // redlock.quit() would close the clients, which the bench owns
