@@ -40,7 +40,12 @@ export interface ScaleSection {
 }
 
 function runChild(spec: ScaleSpec, timeoutMs: number): Promise<ScaleResult> {
-  const child = forkTs(CHILD, [], ['--expose-gc']);
+  // --no-memory-reducer, for every library alike: V8's memory reducer shrinks the heap with a few
+  // full GCs some 10–20 s after the acquisition burst ends, at a time of its own choosing. When they
+  // fell inside the window they were most of its CPU (100,000 leases in session mode: 5 s windows
+  // at 3.3–4.2 % with them, 0.10–0.12 % without), so the row measured when the reducer ran, not
+  // what holding and renewing the leases costs (docs/benchmarks.md, "Scale").
+  const child = forkTs(CHILD, [], ['--expose-gc', '--no-memory-reducer']);
   return new Promise<ScaleResult>((resolve, reject) => {
     const t = setTimeout(
       () => reject(new Error(`scale child (${spec.lib}) timed out after ${timeoutMs}ms`)),
