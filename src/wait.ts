@@ -143,6 +143,45 @@ class Racer<T> extends Timed {
  * until that one aborts — a leak of ~70 bytes per call, ~1.2 kB with a listener left on it
  * (nodejs/node#54614, #55351). Detaching explicitly leaks nothing.
  */
+/**
+ * A sleep that ends once: at its bound (on the shared timer), at its signal's abort, or when
+ * `done()` is called (a wake-up). A subclass says how it leaves its waker's bookkeeping. One
+ * object per sleep, no closures: the Redis and Postgres waits sleep on it once per handoff.
+ */
+export abstract class Sleep extends Timed {
+  constructor(
+    private readonly signal: AbortSignal,
+    private readonly resolve: () => void,
+  ) {
+    super();
+  }
+
+  /** Leaves whatever holds it for wake-ups; false if it had already ended. */
+  protected abstract detach(): boolean;
+
+  /** Sleeps at most `ms` (the signal must not be aborted yet). */
+  start(ms: number): void {
+    deadlines.add(this, ms);
+    this.signal.addEventListener('abort', this, { once: true });
+  }
+
+  /** Woken, timed out or aborted: returns once (a second call does nothing). */
+  done(): void {
+    if (!this.detach()) return;
+    deadlines.remove(this);
+    this.signal.removeEventListener('abort', this);
+    this.resolve();
+  }
+
+  fire(): void {
+    this.done();
+  }
+
+  handleEvent(): void {
+    this.done();
+  }
+}
+
 export function anySignal(signals: (AbortSignal | undefined)[]): LinkedSignal {
   return new LinkedSignal(signals);
 }

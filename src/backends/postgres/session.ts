@@ -24,7 +24,8 @@ import type {
   ResultStore,
 } from '../../backend.js';
 import { inspect } from 'node:util';
-import { cancel, deadlines, after, Timed } from '../../deadlines.js';
+import { cancel, after, type Timed } from '../../deadlines.js';
+import { Sleep } from '../../wait.js';
 import { BackendError, ClosedError, InvalidArgumentError, LeaseholdError } from '../../errors.js';
 import { backendError, schemaError, timed, type Conn, type Db, type Row } from './client.js';
 import { advisoryKey, checkFullKey, lockParts } from './keys.js';
@@ -688,8 +689,7 @@ export class PostgresBackend implements Backend {
         w.sleeper?.done();
         const s = new QueueSleep(w, signal, resolve);
         w.sleeper = s;
-        deadlines.add(s, Math.max(0, maxMs));
-        signal.addEventListener('abort', s, { once: true });
+        s.start(Math.max(0, maxMs));
       });
     }
     const cap = windowMs === undefined ? POLL_MS : Math.max(POLL_MS, windowMs + 5);
@@ -1135,29 +1135,18 @@ function finishWait(w: Wait): void {
 }
 
 /** A caller's pause on its wait in the server's queue: over, its bound, or its abort. */
-class QueueSleep extends Timed {
+class QueueSleep extends Sleep {
   constructor(
     private readonly w: Wait,
-    private readonly signal: AbortSignal,
-    private readonly resolve: () => void,
+    signal: AbortSignal,
+    resolve: () => void,
   ) {
-    super();
+    super(signal, resolve);
   }
 
-  /** Returns once (a second call does nothing). */
-  done(): void {
-    if (this.w.sleeper !== this) return;
+  protected detach(): boolean {
+    if (this.w.sleeper !== this) return false;
     this.w.sleeper = null;
-    deadlines.remove(this);
-    this.signal.removeEventListener('abort', this);
-    this.resolve();
-  }
-
-  fire(): void {
-    this.done();
-  }
-
-  handleEvent(): void {
-    this.done();
+    return true;
   }
 }

@@ -5,7 +5,7 @@
  * waiter then sleeps until a wake-up it has not seen yet, the holder's expiry as the refusal
  * reported it (a crashed holder publishes nothing), the caller's bound, or its abort.
  */
-import { deadlines, Timed } from '../../deadlines.js';
+import { Sleep } from '../../wait.js';
 
 /** What a refused waiter needs to wait well. */
 interface Refusal {
@@ -70,8 +70,7 @@ export class KeyedWaits {
     return new Promise<void>((resolve) => {
       const w = new Sleeper(this.waiters, key, mine, signal, resolve);
       mine.add(w);
-      deadlines.add(w, bound);
-      signal.addEventListener('abort', w, { once: true });
+      w.start(bound);
     });
   }
 
@@ -82,32 +81,21 @@ export class KeyedWaits {
   }
 }
 
-/** One sleeping call: its own timer argument and abort listener (no closures per wait). */
-class Sleeper extends Timed {
+/** One sleeping call on a key: it leaves the key's set of sleepers once. */
+class Sleeper extends Sleep {
   constructor(
     private readonly waiters: Map<string, Set<Sleeper>>,
     private readonly key: string,
     private readonly set: Set<Sleeper>,
-    private readonly signal: AbortSignal,
-    private readonly resolve: () => void,
+    signal: AbortSignal,
+    resolve: () => void,
   ) {
-    super();
+    super(signal, resolve);
   }
 
-  /** Woken, timed out or aborted: returns once (a second call does nothing). */
-  done(): void {
-    if (!this.set.delete(this)) return;
-    deadlines.remove(this);
+  protected detach(): boolean {
+    if (!this.set.delete(this)) return false;
     if (this.set.size === 0 && this.waiters.get(this.key) === this.set) this.waiters.delete(this.key);
-    this.signal.removeEventListener('abort', this);
-    this.resolve();
-  }
-
-  fire(): void {
-    this.done();
-  }
-
-  handleEvent(): void {
-    this.done();
+    return true;
   }
 }
