@@ -147,23 +147,35 @@ describe('redlock arrival-order fairness (5 nodes, ioredis)', () => {
     const key = 'contended';
     const n = 6;
     const per = 40;
+    const ready: Promise<void>[] = [];
     const runs = Array.from({ length: n }, () => {
       const child = spawn(
         process.execPath,
         ['--import', 'tsx', CHILD, 'contend', SHARED_PORTS.join(','), prefix, key, '5000', String(per)],
-        { stdio: ['ignore', 'pipe', 'inherit'] },
+        { stdio: ['pipe', 'pipe', 'inherit'] },
       );
       kids.push(child);
+      child.stdin!.on('error', () => {}); // a contender that died: its exit says why
+      let out = '';
+      let isReady = () => {};
+      ready.push(new Promise<void>((resolve) => (isReady = resolve)));
+      child.stdout!.on('data', (d: Buffer) => {
+        out += d.toString();
+        if (out.includes('"ready"')) isReady();
+      });
       return new Promise<number[]>((resolve, reject) => {
-        let out = '';
-        child.stdout!.on('data', (d: Buffer) => (out += d.toString()));
         child.once('exit', (code) => {
+          isReady(); // a contender that died unready fails below, with its output
           const line = out.split('\n').find((l) => l.includes('"waits"'));
           if (code !== 0 || !line) reject(new Error(`contender exited ${code}: ${out.slice(-500)}`));
           else resolve((JSON.parse(line) as { waits: number[] }).waits);
         });
       });
     });
+    for (const r of runs) r.catch(() => {}); // awaited below; may reject while we wait for the others
+    // every contender connected and subscribed: the measured waits are handoffs, not first contact
+    await Promise.all(ready);
+    for (const k of kids) k.stdin!.write('go\n');
     const waits = (await Promise.all(runs)).flat().sort((a, b) => a - b);
     const max = waits[waits.length - 1]!;
     console.log(
