@@ -12,6 +12,7 @@ import { startProfile } from './lib/profile.js';
 import { SHARED } from './sections/redlock.js';
 import { epochNow, errText, now, sleep } from './lib/stats.js';
 import {
+  BudgetSpent,
   fairFloorSubject,
   leaseholdSubject,
   pgRawSubject,
@@ -211,7 +212,7 @@ async function go(): Promise<WorkerResult> {
     try {
       h = await subj.acquire(s.key, s.deadlineMs - (now() - t0));
     } catch (e) {
-      if (now() - t0 > s.deadlineMs) {
+      if (e instanceof BudgetSpent || now() - t0 > s.deadlineMs) {
         incomplete = true; // gave up at the deadline: not an error of the library
         break;
       }
