@@ -68,8 +68,6 @@ interface Wait {
   conn: Conn | null;
   state: 'waiting' | 'granted' | 'ended';
   fence: bigint;
-  /** True once the wait is over (granted, failed or cancelled). */
-  over: boolean;
   /** The caller's pause on this wait (`waitForChange`), woken when it is over. */
   sleeper: QueueSleep | null;
   /** Lets go of a grant nobody claimed. */
@@ -410,7 +408,6 @@ export class PostgresBackend implements Backend {
       conn,
       state: 'waiting',
       fence: 0n,
-      over: false,
       sleeper: null,
       claimTimer: null,
       queued: false,
@@ -684,7 +681,7 @@ export class PostgresBackend implements Backend {
     if (w && windowMs === undefined) {
       // in the server's queue: woken by the grant alone (or when the wait ends); one object, on
       // the engine's shared timer (this is on the path of every contended handoff)
-      if (w.over || w.state !== 'waiting' || signal.aborted) return Promise.resolve();
+      if (w.state !== 'waiting' || signal.aborted) return Promise.resolve();
       return new Promise<void>((resolve) => {
         w.sleeper?.done();
         const s = new QueueSleep(w, signal, resolve);
@@ -1128,9 +1125,8 @@ function remember(map: Map<string, number>, key: string, value: number): void {
   }
 }
 
-/** A wait is over: its caller's pause (if any) returns. */
+/** A wait is over (granted, failed or cancelled: its state says which): its caller's pause returns. */
 function finishWait(w: Wait): void {
-  w.over = true;
   w.sleeper?.done();
 }
 
