@@ -76,6 +76,25 @@ export class Pg {
     return r.rows.map((x) => Number(x.pid));
   }
 
+  /**
+   * Ends a server session and resolves once it is gone, with its locks: `pg_terminate_backend`
+   * alone only signals it, and a lock attempt right after can still find the lock held.
+   */
+  async terminate(pid: number): Promise<void> {
+    const admin = await this.admin();
+    const v = await admin.query("select current_setting('server_version_num')::int as v");
+    if (Number(v.rows[0].v) >= 140000) {
+      const r = await admin.query('select pg_terminate_backend($1::int4, 5000) as done', [pid]);
+      if (r.rows[0].done !== true) throw new Error(`session ${pid} did not end within 5 s`);
+      return;
+    }
+    await admin.query('select pg_terminate_backend($1::int4)', [pid]);
+    const until = performance.now() + 5000;
+    while ((await admin.query('select 1 from pg_stat_activity where pid = $1::int4', [pid])).rows.length > 0) {
+      if (performance.now() > until) throw new Error(`session ${pid} did not end within 5 s`);
+    }
+  }
+
   /** Ends the holder's session (`delete`), then optionally takes the lock from outside (`overwrite`). */
   async breakLock(fullKey: string, how: 'delete' | 'overwrite'): Promise<void> {
     const pids = await this.holders(fullKey);

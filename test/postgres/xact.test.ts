@@ -228,7 +228,9 @@ describe.each(KINDS)('transaction mode (%s)', (kind) => {
     const b2 = postgres(await env.client(kind, 3));
     const full = `leasehold:${key}`;
     const old = await b1.acquire(full, { token: 'old', ttlMs: 10_000 });
-    await (await env.admin()).query('select pg_terminate_backend($1::int4)', await env.holders(full)); // old is "paused"
+    const pids = await env.holders(full);
+    expect(pids).toHaveLength(1);
+    await env.terminate(pids[0]!); // old is "paused": its session, and the lock with it, is gone
     const fresh = await b2.acquire(full, { token: 'new', ttlMs: 10_000 });
     expect(fresh!.fence).toBeGreaterThan(old!.fence);
     await inTx(kind, client, (tx) => checkFence(tx, resource, fresh!.fence));
