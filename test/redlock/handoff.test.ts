@@ -168,4 +168,49 @@ describe('redlock hand-over (5 nodes, ioredis)', () => {
     expect(delay).toBeLessThanOrEqual(REFRESH_MS + 1000); // one refresh interval + slack
     await lease.release();
   }, 30_000);
+
+  test('a waiter whose subscriptions outlast nodeTimeout leaves its poll once they are in place', async () => {
+    const key = 'slow-subscribe';
+    const { locks: a } = await instance({ ttl: '30s' });
+    const cs = await clients('ioredis', SHARED_PORTS);
+    conns.push(cs);
+    // a 5 s poll: the wait's refresh bound (1 s) is all that would end it early
+    const backend = redlock(cs, { nodeTimeout: '200ms', pollInterval: '5s' });
+    const internals = backend as unknown as {
+      nodes: { adapter: RedisAdapter }[];
+      wakeups: { polling: Set<unknown>; waits: { waiters: Map<string, Set<unknown>> } };
+    };
+    // every node's subscription completes only once the gate opens: slower than nodeTimeout
+    let openGate = () => {};
+    const gate = new Promise<void>((r) => (openGate = r));
+    for (const { adapter } of internals.nodes) {
+      const subscribe = adapter.subscribe.bind(adapter);
+      adapter.subscribe = async (channel, listener) => {
+        await gate;
+        return subscribe(channel, listener);
+      };
+    }
+    const b = createLocks(backend, { prefix, ttl: '30s' });
+    open.push(b);
+    const held = await a.acquire(key);
+    const waiting = b.acquire(key, { wait: '20s' });
+    waiting.catch(() => {}); // may reject before it is awaited below
+    // refused, its subscriptions timed out: it polls
+    expect(await until(async () => internals.wakeups.polling.size === 1, 5000)).toBe(true);
+    const openedAt = performance.now();
+    openGate();
+    // it attempts again at once (refused, queued) and sleeps with push in place, not out its poll
+    expect(await until(async () => internals.wakeups.waits.waiters.size === 1, 5000)).toBe(true);
+    const back = performance.now() - openedAt;
+    const releasedAt = performance.now();
+    await held.release();
+    const lease = await waiting;
+    const delay = performance.now() - releasedAt;
+    console.log(
+      `[rl-handoff] slow subscriptions: asleep on push ${Math.round(back)} ms after they completed, granted ${Math.round(delay)} ms after the release`,
+    );
+    expect(back).toBeLessThan(REFRESH_MS / 2);
+    expect(delay).toBeLessThan(REFRESH_MS / 2); // woken by the release's message
+    await lease.release();
+  }, 30_000);
 });

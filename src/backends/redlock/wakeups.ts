@@ -17,7 +17,7 @@
  * place lapses within `PLACE_MS`.
  */
 import { randomBytes } from 'node:crypto';
-import { sleep } from '../../wait.js';
+import { Sleep, sleep } from '../../wait.js';
 import type { RedisAdapter } from '../redis/client.js';
 import { KeyedWaits } from '../redis/waits.js';
 import { ID_LEN } from './scripts.js';
@@ -44,6 +44,8 @@ export class Wakeups {
   /** Subscribed on enough nodes that every release reaches one of them. */
   private live = false;
   private readonly waits = new KeyedWaits();
+  /** Waiters polling while too few nodes are subscribed: they return once enough are. */
+  private readonly polling = new Set<LivePoll>();
   /** When this backend started waiting on a key (its place's score on every node). */
   private readonly arrivals = new Map<string, number>();
   private readonly seen = new Map<string, string[]>();
@@ -151,7 +153,16 @@ export class Wakeups {
         const p = (this.ready[i] ??= a
           .subscribe(this.channel, (_, message) => this.onMessage(message))
           .then(
-            () => (this.subscribed[i] = true),
+            () => {
+              this.subscribed[i] = true;
+              // a subscription that completes after its bound still counts, at once: the waiters
+              // polling meanwhile return and attempt again, with push in place
+              if (!this.live && this.subscribed.filter(Boolean).length >= this.need) {
+                this.live = true;
+                for (const w of [...this.polling]) w.done();
+              }
+              return true;
+            },
             () => {
               this.ready[i] = null; // the next waiter tries again
               return false;
@@ -160,7 +171,7 @@ export class Wakeups {
         return Promise.race([p, sleep(this.nodeTimeoutMs).then(() => false)]);
       }),
     );
-    this.live = oks.filter(Boolean).length >= this.need;
+    this.live ||= oks.filter(Boolean).length >= this.need;
     return this.live;
   }
 
@@ -171,7 +182,13 @@ export class Wakeups {
       // a release before the subscription existed may have been missed: once subscribed, return
       // at once (the caller attempts again, with push in place); else poll
       if (await this.subscribe()) return;
-      return sleep(Math.min(maxMs, this.pollMs), signal);
+      if (signal.aborted || this.closed) return;
+      // poll; a subscription still under way that completes meanwhile ends the poll early
+      return new Promise<void>((resolve) => {
+        const w = new LivePoll(this.polling, signal, resolve);
+        this.polling.add(w);
+        w.start(Math.min(maxMs, this.pollMs));
+      });
     }
     return this.waits.wait(key, signal, maxMs);
   }
@@ -179,5 +196,21 @@ export class Wakeups {
   close(): void {
     this.closed = true;
     this.waits.close();
+    for (const w of [...this.polling]) w.done();
+  }
+}
+
+/** A waiter's poll while its backend is not subscribed on enough nodes. */
+class LivePoll extends Sleep {
+  constructor(
+    private readonly set: Set<LivePoll>,
+    signal: AbortSignal,
+    resolve: () => void,
+  ) {
+    super(signal, resolve);
+  }
+
+  protected detach(): boolean {
+    return this.set.delete(this);
   }
 }
