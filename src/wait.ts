@@ -137,13 +137,6 @@ class Racer<T> extends Timed {
 }
 
 /**
- * A signal that aborts when any input aborts; `dispose()` detaches the listeners. Not
- * `AbortSignal.any`: on Node 20 (measured on 20.20.2) every `AbortSignal.any` call stays
- * referenced by a long-lived input signal (a Locks' close signal, a user's shutdown signal)
- * until that one aborts — a leak of ~70 bytes per call, ~1.2 kB with a listener left on it
- * (nodejs/node#54614, #55351). Detaching explicitly leaks nothing.
- */
-/**
  * A sleep that ends once: at its bound (on the shared timer), at its signal's abort, or when
  * `done()` is called (a wake-up). A subclass says how it leaves its waker's bookkeeping. One
  * object per sleep, no closures: the Redis and Postgres waits sleep on it once per handoff.
@@ -182,6 +175,13 @@ export abstract class Sleep extends Timed {
   }
 }
 
+/**
+ * A signal that aborts when any input aborts; `dispose()` detaches the listeners. Not
+ * `AbortSignal.any`: on Node 20 (measured on 20.20.2) every `AbortSignal.any` call stays
+ * referenced by a long-lived input signal (a Locks' close signal, a user's shutdown signal)
+ * until that one aborts — a leak of ~70 bytes per call, ~1.2 kB with a listener left on it
+ * (nodejs/node#54614, #55351). Detaching explicitly leaks nothing.
+ */
 export function anySignal(signals: (AbortSignal | undefined)[]): LinkedSignal {
   return new LinkedSignal(signals);
 }
