@@ -99,14 +99,13 @@ export class Pg {
   async breakLock(fullKey: string, how: 'delete' | 'overwrite'): Promise<void> {
     const pids = await this.holders(fullKey);
     if (pids.length !== 1) throw new Error(`expected one holder of ${fullKey}, found ${pids.length}`);
-    const admin = await this.admin();
-    await admin.query('select pg_terminate_backend($1::int4)', [pids[0]]);
+    await this.terminate(pids[0]!);
     if (how === 'overwrite') {
       const outsider = new pg.Client({ connectionString: PG_URL });
       outsider.on('error', () => {});
       await outsider.connect();
       this.closers.push(() => outsider.end().catch(() => {}));
-      // the terminated session lets go as it exits: wait on the server for the lock (bounded)
+      // the session is gone and its lock free; lock_timeout only bounds a stuck server
       await outsider.query(`set lock_timeout = '5s'`);
       await outsider.query('select pg_advisory_lock($1::int8)', [advisoryKey(fullKey).toString()]);
     }
