@@ -222,7 +222,7 @@ describe('a hand-over message', () => {
     const w = new Wakeups({} as RedisAdapter, 1000);
     const deliver = (m: string) => (w as unknown as { message(m: string): void }).message(m);
     w.before('{k|x}'); // a call of this backend waits on the key (the key may hold '|')
-    w.refused('{k|x}', 0, 0, 1234.5, 1_000_000);
+    w.refused('{k|x}', 0, 0, 1234.5, 1_000_000, 'tok');
     return { w, deliver };
   };
 
@@ -253,5 +253,9 @@ describe('a hand-over message', () => {
     c.w.before('{k|x}');
     c.deliver(`${sha1('tok')}42|1000001|{k|x}`);
     expect(c.w.take('{k|x}', 'tok')).toBeNull();
+    // the refusal on record is another token's: a message naming the caller's is not enough
+    const d = setup();
+    d.deliver(`${sha1('mine')}42|1000001|{k|x}`);
+    expect(d.w.take('{k|x}', 'mine')).toBeNull();
   });
 });

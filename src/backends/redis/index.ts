@@ -294,7 +294,7 @@ export class RedisBackend implements Backend {
     if (queue) {
       // a queued refusal also says when the server ran it (a hand-over after it is ours)
       const [neg, serverMs] = Array.isArray(r) ? r : [r, NaN];
-      this.wakeups.refused(lock, wakes, -Number(neg), sentAt, Number(serverMs));
+      this.wakeups.refused(lock, wakes, -Number(neg), sentAt, Number(serverMs), token);
     }
     return null;
   }

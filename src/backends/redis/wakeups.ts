@@ -26,8 +26,12 @@ export class Wakeups {
   private closed = false;
   /** Per lock key: the hand-over message received while this backend waits on it. */
   private readonly handed = new Map<string, { hash: string; fence: string; at: number }>();
-  /** Per lock key: this backend's last refused, queued attempt (send time, the server's time). */
-  private readonly refusals = new Map<string, { sentAt: number; serverMs: number }>();
+  /**
+   * Per lock key: this backend's last refused, queued attempt (send time, the server's time) and
+   * the sha1 of its token, which a hand-over message names (hashed here, before the waiter sleeps,
+   * not on the hand-over's path once it wakes).
+   */
+  private readonly refusals = new Map<string, { sentAt: number; serverMs: number; token: string; hash: string }>();
 
   constructor(
     private readonly adapter: RedisAdapter,
@@ -44,12 +48,14 @@ export class Wakeups {
   }
 
   /**
-   * A queued attempt sent at `sentAt` was refused; the server ran it at `serverMs` (its clock, ms;
-   * NaN: unknown, and a hand-over is then confirmed by a round trip).
+   * A queued attempt of `token` sent at `sentAt` was refused; the server ran it at `serverMs` (its
+   * clock, ms; NaN: unknown, and a hand-over is then confirmed by a round trip).
    */
-  refused(key: string, wakes: number, hintMs: number, sentAt: number, serverMs: number): void {
+  refused(key: string, wakes: number, hintMs: number, sentAt: number, serverMs: number, token: string): void {
     this.waits.refused(key, wakes, hintMs);
-    this.refusals.set(key, { sentAt, serverMs });
+    const last = this.refusals.get(key);
+    const hash = last?.token === token ? last.hash : digestHex('sha1', token);
+    this.refusals.set(key, { sentAt, serverMs, token, hash });
   }
 
   /** The waiter on `key` got the lock, gave up, or failed. */
@@ -71,7 +77,7 @@ export class Wakeups {
     this.handed.delete(key);
     const r = this.refusals.get(key);
     if (!r || !(h.at > r.serverMs)) return null;
-    if (digestHex('sha1', token) !== h.hash) return null;
+    if (r.token !== token || r.hash !== h.hash) return null;
     return { fence: h.fence, from: r.sentAt };
   }
 
