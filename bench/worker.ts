@@ -59,6 +59,8 @@ export interface WorkerResult {
   waits: number[];
   /** epoch ms (performance.timeOrigin + now) of each grant, to order grants across workers */
   grantsAt: number[];
+  /** epoch ms at which each grant's release was called (its critical section over), one per grant */
+  releasedAt: number[];
   meanHoldMs: number;
   startAt: number;
   endAt: number;
@@ -194,6 +196,7 @@ async function go(): Promise<WorkerResult> {
   const subj = subject!;
   const waits: number[] = [];
   const grantsAt: number[] = [];
+  const releasedAt: number[] = [];
   let held = 0;
   let errors = 0;
   let lastError: string | undefined;
@@ -224,7 +227,9 @@ async function go(): Promise<WorkerResult> {
     waits.push(b - a);
     grantsAt.push(performance.timeOrigin + b);
     await sleep(s.csMs);
-    held += now() - b;
+    const c = now();
+    held += c - b;
+    releasedAt.push(performance.timeOrigin + c);
     try {
       await h.release();
     } catch (e) {
@@ -239,6 +244,7 @@ async function go(): Promise<WorkerResult> {
     index: s.index,
     waits,
     grantsAt,
+    releasedAt,
     meanHoldMs: waits.length ? held / waits.length : 0,
     startAt,
     endAt: epochNow(),

@@ -30,6 +30,12 @@ export interface ContendedRun {
   wait: Summary;
   /** fraction of grants that went to a different worker than the previous grant */
   switchRatio: number;
+  /**
+   * ms from one holder's release call to the next grant (whoever gets it), p50 and p99: with the
+   * critical section (`meanHoldMs`) it makes the time per grant, so handoffs/s ≈ 1000 / (hold +
+   * handoff). Absent in results from before 2026-12-03.
+   */
+  handoff?: { p50: number; p99: number };
   /** grants per worker, to see starvation */
   perWorker: number[];
   meanHoldMs: number;
@@ -116,9 +122,19 @@ class Pool {
 
 function aggregate(plan: ContendedPlan, results: WorkerResult[]): ContendedRun {
   const waits = results.flatMap((r) => r.waits);
-  const grants = results.flatMap((r) => r.grantsAt.map((t) => [t, r.index] as const)).sort((a, b) => a[0] - b[0]);
+  const grants = results
+    .flatMap((r) => r.grantsAt.map((t, j) => [t, r.index, r.releasedAt[j] ?? NaN] as const))
+    .sort((a, b) => a[0] - b[0]);
   let switches = 0;
-  for (let i = 1; i < grants.length; i++) if (grants[i]![1] !== grants[i - 1]![1]) switches++;
+  const handoffs: number[] = [];
+  for (let i = 1; i < grants.length; i++) {
+    if (grants[i]![1] !== grants[i - 1]![1]) switches++;
+    // a grant that came before the last holder let go is not a handoff (a run's first grants, a
+    // lock whose TTL ran out)
+    const gap = grants[i]![0] - grants[i - 1]![2];
+    if (gap >= 0) handoffs.push(gap);
+  }
+  const byGap = Float64Array.from(handoffs).sort();
   const start = Math.min(...results.map((r) => r.startAt));
   const end = Math.max(...results.map((r) => r.endAt));
   const sorted = Float64Array.from(waits).sort();
@@ -135,6 +151,7 @@ function aggregate(plan: ContendedPlan, results: WorkerResult[]): ContendedRun {
     handoffsPerSec: Math.round(waits.length / ((end - start) / 1000)),
     wait: roundSummary(summarize(waits)),
     switchRatio: round(grants.length > 1 ? switches / (grants.length - 1) : 0),
+    handoff: { p50: round(percentile(byGap, 50)), p99: round(percentile(byGap, 99)) },
     perWorker: results.map((r) => r.waits.length),
     meanHoldMs: round(results.reduce((s, r) => s + r.meanHoldMs * r.waits.length, 0) / Math.max(1, waits.length)),
     cpuMsPerGrant: round(results.reduce((s, r) => s + r.cpuMs, 0) / Math.max(1, waits.length)),
