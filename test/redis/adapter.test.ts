@@ -70,3 +70,53 @@ describe.each(['ioredis', 'node-redis'] as ClientKind[])('a %s client with a key
     }
   });
 });
+
+describe('ioredis: commands sent in one tick leave in one write', () => {
+  /** Counts the writes that reach the client's socket (each is one syscall). */
+  function countWrites(client: any): { writes: number; restore(): void } {
+    const stream = client.stream;
+    const out = { writes: 0, restore: () => {} };
+    const write = stream._write;
+    const writev = stream._writev;
+    stream._write = function (...a: unknown[]) {
+      out.writes++;
+      return write.apply(this, a);
+    };
+    stream._writev = function (...a: unknown[]) {
+      out.writes++;
+      return writev.apply(this, a);
+    };
+    out.restore = () => {
+      stream._write = write;
+      stream._writev = writev;
+    };
+    return out;
+  }
+
+  test('32 acquires at once are one write, and so are their 32 releases; a lone acquire is one write too', async () => {
+    const c = await clients.make('ioredis');
+    const locks = createLocks(redis(c), { prefix });
+    try {
+      await (await locks.acquire('burst-warm')).release(); // connected, scripts loaded
+      const counted = countWrites(c);
+      try {
+        const leases = await Promise.all(Array.from({ length: 32 }, (_, i) => locks.acquire(`burst:${i}`)));
+        expect(counted.writes).toBe(1);
+        expect(new Set(leases.map((l) => l.fence)).size).toBe(32);
+        counted.writes = 0;
+        expect(await Promise.all(leases.map((l) => l.release()))).toEqual(leases.map(() => true));
+        expect(counted.writes).toBe(1);
+        counted.writes = 0;
+        const one = await locks.acquire('burst:lone');
+        expect(counted.writes).toBe(1);
+        expect(await one.release()).toBe(true);
+      } finally {
+        counted.restore();
+      }
+      // every lock is free again: the writes carried every command
+      for (let i = 0; i < 32; i++) expect(await c.exists(redisKeys(`${prefix}:burst:${i}`).lock)).toBe(0);
+    } finally {
+      await locks.close();
+    }
+  });
+});
