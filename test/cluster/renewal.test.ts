@@ -323,3 +323,40 @@ async function slotMover(admin: any, slot: number) {
     },
   };
 }
+
+test('ioredis Cluster: 30 acquires at once, on keys of 3 masters, are one write per master', async () => {
+  const prefix = `lh-cl-${randomUUID().slice(0, 8)}`;
+  const admin = await clients.make('ioredis');
+  const keys = await spreadKeys(admin, prefix, 30);
+  const client: any = await clients.make('ioredis');
+  const locks = createLocks(redis(client), { prefix });
+  try {
+    // every master's connection up and the scripts loaded there
+    await Promise.all(keys.map(async (k) => (await locks.acquire(k)).release()));
+    const masters: any[] = client.nodes('master');
+    expect(masters).toHaveLength(3);
+    const writes = masters.map(() => 0);
+    const restore = masters.map((m, i) => {
+      const stream = m.stream;
+      const [write, writev] = [stream._write, stream._writev];
+      stream._write = function (...a: unknown[]) {
+        writes[i] = (writes[i] ?? 0) + 1;
+        return write.apply(this, a);
+      };
+      stream._writev = function (...a: unknown[]) {
+        writes[i] = (writes[i] ?? 0) + 1;
+        return writev.apply(this, a);
+      };
+      return () => Object.assign(stream, { _write: write, _writev: writev });
+    });
+    try {
+      const leases = await Promise.all(keys.map((k) => locks.acquire(k)));
+      expect(writes).toEqual([1, 1, 1]);
+      expect(await Promise.all(leases.map((l) => l.release()))).toEqual(leases.map(() => true));
+    } finally {
+      for (const r of restore) r();
+    }
+  } finally {
+    await locks.close();
+  }
+});

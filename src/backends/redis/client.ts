@@ -178,33 +178,39 @@ class IoredisAdapter implements RedisAdapter {
     return [r instanceof Error ? wrap(r) : r];
   }
 
-  /** The connection corked until the end of this tick (see `cork`), or null. */
-  private corked: { uncork(): void } | null = null;
+  /** The connections corked until the end of this tick (see `cork`), or null. */
+  private corked: { uncork(): void }[] | null = null;
   private readonly uncork = () => {
-    const s = this.corked;
+    const streams = this.corked ?? [];
     this.corked = null;
-    s?.uncork();
+    for (const s of streams) s.uncork();
   };
 
   /**
    * Every command sent on the connection in this tick leaves in one write, on the next tick (as
    * node-redis does on its own, and ioredis with `enableAutoPipelining`): with many acquires and
    * releases in flight, one syscall (and one read on the server) for all of them instead of one
-   * each. A lone command waits only for the current tick's callbacks. Not on a Cluster (its
-   * connections are per node) nor on a connection that is not ready (ioredis queues the command).
+   * each. A lone command waits only for the current tick's callbacks. On a Cluster, every
+   * master's connection. Not a connection that is not ready (ioredis queues the command).
    */
   private cork(): void {
     const c = this.client;
-    const stream = c.status === 'ready' ? c.stream : null;
-    if (!stream || typeof stream.cork !== 'function' || !stream.writable) return;
-    stream.cork();
-    this.corked = stream;
+    const conns: any[] = this.cluster ? c.nodes('master') : [c];
+    const streams: { uncork(): void }[] = [];
+    for (const conn of conns) {
+      const stream = conn.status === 'ready' ? conn.stream : null;
+      if (!stream || typeof stream.cork !== 'function' || !stream.writable) continue;
+      stream.cork();
+      streams.push(stream);
+    }
+    if (streams.length === 0) return;
+    this.corked = streams;
     process.nextTick(this.uncork);
   }
 
   private async runMany(calls: readonly ScriptCall[]): Promise<unknown[]> {
     const once = async (useEval: boolean) => {
-      if (this.corked === null && !this.cluster) this.cork();
+      if (this.corked === null) this.cork();
       const p = this.client.pipeline();
       for (const { script: s, keys, args } of calls) {
         if (useEval) p.eval(s.source, keys.length, ...keys, ...args);
@@ -225,7 +231,7 @@ class IoredisAdapter implements RedisAdapter {
   }
 
   private evalOne({ script: s, keys, args }: ScriptCall, useEval: boolean): Promise<unknown> {
-    if (this.corked === null && !this.cluster) this.cork();
+    if (this.corked === null) this.cork();
     return useEval
       ? this.client.eval(s.source, keys.length, ...keys, ...args)
       : this.client.evalsha(s.sha, keys.length, ...keys, ...args);
