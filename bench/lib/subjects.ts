@@ -40,7 +40,7 @@ export interface LockTimes {
  * The floor: raw `SET NX PX` + compare-and-delete by EVALSHA (ioredis `defineCommand`, which
  * falls back to EVAL on NOSCRIPT, as users run it): two round trips, nothing else.
  */
-export async function floorSubject(client: Redis, ttlMs: number): Promise<Subject> {
+export async function floorSubject(client: Redis, ttlMs: number, name = 'raw ioredis (floor)'): Promise<Subject> {
   client.defineCommand('benchCompareAndDelete', {
     numberOfKeys: 1,
     lua: "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0",
@@ -48,7 +48,7 @@ export async function floorSubject(client: Redis, ttlMs: number): Promise<Subjec
   const cad = (client as unknown as { benchCompareAndDelete(k: string, t: string): Promise<number> })
     .benchCompareAndDelete;
   return {
-    name: 'raw ioredis (floor)',
+    name,
     async acquire(key) {
       const token = randomBytes(16).toString('base64url');
       if ((await client.set(key, token, 'PX', ttlMs, 'NX')) !== 'OK') throw new Error(`floor: ${key} is held`);

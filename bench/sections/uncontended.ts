@@ -21,6 +21,7 @@ export const NAMES = {
   semaphore: 'redis-semaphore Mutex',
   driver: 'leasehold redis() driver only (diagnostic)',
   nodeRedisFloor: 'raw node-redis (diagnostic floor)',
+  batchedFloor: 'raw ioredis, enableAutoPipelining (diagnostic floor)',
 } as const;
 
 export interface UncontendedResult {
@@ -33,6 +34,8 @@ export async function uncontended(ctx: Ctx): Promise<UncontendedResult> {
   const port = 6379;
   const times = { ttlMs: 30_000, waitMs: 5_000 };
   const [a, b, d, e, f, admin] = await Promise.all([1, 2, 3, 4, 5, 6].map(() => ioredis(port)));
+  // the floor with ioredis's own write batching: leasehold's adapter batches a tick's scripts too
+  const h = await ioredis(port, { enableAutoPipelining: true });
   const c = await nodeRedis(port);
   const g = await nodeRedis(port);
   const subjects: Subject[] = [
@@ -43,6 +46,7 @@ export async function uncontended(ctx: Ctx): Promise<UncontendedResult> {
     semaphoreMutexSubject(NAMES.semaphore, e!, times),
     driverSubject(NAMES.driver, redis(f!), times.ttlMs),
     await nodeRedisFloorSubject(g, times.ttlMs),
+    await floorSubject(h, times.ttlMs, NAMES.batchedFloor),
   ];
   const slug = (s: Subject) => s.name.replace(/[^a-z0-9]+/gi, '-');
   const keys = (s: Subject, n: number) =>
@@ -73,7 +77,7 @@ export async function uncontended(ctx: Ctx): Promise<UncontendedResult> {
   } finally {
     await Promise.allSettled(subjects.map((s) => s.close()));
     await purge(admin!, `bench:${ctx.runId}:`).catch(() => 0);
-    await Promise.allSettled([a, b, d, e, f, admin].map((x) => quit(x!)));
+    await Promise.allSettled([a, b, d, e, f, h, admin].map((x) => quit(x!)));
     await closeNodeRedis(c);
     await closeNodeRedis(g);
   }
