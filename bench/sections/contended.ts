@@ -93,7 +93,8 @@ class Pool {
     return new Pool(Array.from({ length: n }, () => forkTs(WORKER, [], [])));
   }
 
-  async run(specOf: (i: number) => WorkerSpec, setupMs: number, runMs: number): Promise<WorkerResult[]> {
+  /** `keep`: the workers keep their subjects for the next round (the warm-up round's). */
+  async run(specOf: (i: number) => WorkerSpec, setupMs: number, runMs: number, keep = false): Promise<WorkerResult[]> {
     const ws = this.workers;
     await Promise.all(
       ws.map((w, i) => {
@@ -105,6 +106,7 @@ class Pool {
     const done = ws.map((w) => nextMessage(w, 'done', runMs));
     for (const w of ws) tell(w, { type: 'go' });
     const results = (await Promise.all(done)).map((m) => (m as Extract<FromWorker, { type: 'done' }>).result);
+    if (keep) return results;
     await Promise.all(
       ws.map((w) => {
         const p = nextMessage(w, 'closed', 5000);
@@ -224,7 +226,9 @@ export async function contended(
           // its users run (JIT-compiled after hours of waits), not the first few hundred calls of
           // the wait path in the interpreter; every library gets the same warm-up
           const warm = Math.ceil(o.warmGrants / o.workers);
-          await pool.run(spec(`${key}:warm`, warm), setupMs, o.deadlineMs + 15_000);
+          // on the same subjects as the measured round: their connections (a Postgres waiter
+          // connection, a subscriber) open and warm, as in a service that has run for a while
+          await pool.run(spec(`${key}:warm`, warm), setupMs, o.deadlineMs + 15_000, true);
         }
         const results = await pool.run(spec(key, per), setupMs, o.deadlineMs + 15_000);
         const run = aggregate(plan, results);
