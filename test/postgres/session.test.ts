@@ -52,6 +52,13 @@ async function inUse(kind: ClientKind, client: any, max: number): Promise<number
   return 0;
 }
 
+test('advisory keys of recent keys are kept: every key still maps to its own hash after the oldest were dropped', () => {
+  const sha = (k: string) => createHash('sha256').update(k).digest().readBigInt64BE(0);
+  const keys = Array.from({ length: 3000 }, (_, i) => `leasehold:recent:${i}`);
+  for (let round = 0; round < 2; round++) for (const k of keys) expect(advisoryKey(k)).toBe(sha(k));
+  for (let i = keys.length - 1; i >= 0; i -= 7) expect(advisoryKey(keys[i]!)).toBe(sha(keys[i]!));
+});
+
 test('the advisory key is the first 8 bytes of SHA-256, as the server computes it and pg_locks shows it', async () => {
   const admin = await env.admin();
   for (const key of ['leasehold:order:42', 'leasehold:ключ:🔒', `leasehold:${'x'.repeat(1000)}`]) {

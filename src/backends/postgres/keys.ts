@@ -11,8 +11,19 @@ import { checkKey as checkUserKey, checkOptions as checkOpts } from '../../valid
 
 /** The signed 64-bit advisory lock key for a namespaced key such as `leasehold:order:42`. */
 export function advisoryKey(fullKey: string): bigint {
-  return digest('sha256', fullKey).readBigInt64BE(0);
+  let k = recent.get(fullKey);
+  if (k === undefined) {
+    k = digest('sha256', fullKey).readBigInt64BE(0);
+    // the keys locked lately (an acquire and its release hash the same key): bounded, oldest out
+    if (recent.size >= RECENT) recent.delete(recent.keys().next().value!);
+    recent.set(fullKey, k);
+  }
+  return k;
 }
+
+/** How many recent keys keep their advisory key (a SHA-256 per call otherwise). */
+const RECENT = 1024;
+const recent = new Map<string, bigint>();
 
 /**
  * How `pg_locks` shows a one-argument (bigint) advisory lock: `classid` holds the high 32 bits,

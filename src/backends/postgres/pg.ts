@@ -125,8 +125,21 @@ class PgConn extends Closable implements Conn {
     return (await this.client.query(text, params)).rows;
   }
 
-  async prepared(text: string, params: Params = []): Promise<Row[]> {
-    return (await this.client.query({ name: statementName(text), text, values: params })).rows;
+  prepared(text: string, params: Params = []): Promise<Row[]> {
+    const Query = this.client.constructor?.Query;
+    // pg's own Query class (`Client.Query`): a query object it is handed runs as it is, where a
+    // config object is first copied property by property and wrapped in a second promise (on the
+    // path of every acquire and release: ~5 µs of client CPU per statement). Any other client
+    // (pg-native, a wrapper) takes the config object.
+    if (typeof Query !== 'function' || this.client.pipeline) {
+      return this.client.query({ name: statementName(text), text, values: params }).then((r: any) => r.rows);
+    }
+    return new Promise<Row[]>((resolve, reject) => {
+      const q = new Query(text, params);
+      q.name = statementName(text);
+      q.callback = (err: unknown, res: any) => (err ? reject(err) : resolve(res.rows));
+      this.client.query(q);
+    });
   }
 
   release(): void {
