@@ -21,8 +21,12 @@ const aborted = (s: AbortSignal) =>
  * no round trip.
  */
 function statements(backend: unknown): () => number {
-  const b = backend as { conn: unknown; spares: unknown[]; waits: Map<string, { conn: unknown }> };
-  const conns = new Set([b.conn, ...b.spares, ...[...b.waits.values()].map((w) => w.conn)].filter((c) => !!c));
+  const b = backend as {
+    dedicated: { current: unknown };
+    queue: { spares: unknown[]; waits: Map<string, { conn: unknown }> };
+  };
+  const { spares, waits } = b.queue;
+  const conns = new Set([b.dedicated.current, ...spares, ...[...waits.values()].map((w) => w.conn)].filter((c) => !!c));
   let n = 0;
   for (const c of conns as Set<Record<string, (...a: unknown[]) => unknown>>) {
     for (const m of ['query', 'prepared']) {
@@ -138,7 +142,7 @@ describe.each(KINDS)('session mode (%s)', (kind) => {
     const schema = `lh_${uid()}`;
     const a = await env.backend(kind, { schema });
     const [k1, k2] = [`leasehold:${uid()}`, `leasehold:${uid()}`];
-    const timer = () => (a as unknown as { recordTimer: unknown }).recordTimer;
+    const timer = () => (a as unknown as { rows: { timer: unknown } }).rows.timer;
     // the holder row is written RECORD_MS after a grant; nothing but microtasks runs between the
     // grant and the release below, so the timer cannot have fired yet
     await a.acquire(k1, { token: 'short-lived-000000000000', ttlMs: 5000 });

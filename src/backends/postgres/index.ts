@@ -17,7 +17,7 @@ export { advisoryKey, lockParts } from './keys.js';
 export { xactLock, tryXactLock, checkFence } from './xact.js';
 export type { XactLockOptions, CheckFenceOptions } from './xact.js';
 export type { PostgresBackend } from './session.js';
-export { TransactionPoolerError } from './session.js';
+export { TransactionPoolerError } from './connect.js';
 export type {
   PgPoolLike,
   PostgresJsLike,

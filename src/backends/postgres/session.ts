@@ -12,6 +12,9 @@
  * The TTL is the holder's validity: a lock neither extended nor released within its TTL is
  * released by the backend itself. `runExclusive`'s `lockAtLeastFor` window is written to a row
  * with an expiry (`keep`), then the live lock is let go: the window outlives close() and crashes.
+ *
+ * Beside it: connect.ts (opening the session connection, the fence epoch), queue.ts (waiting in
+ * the server's lock queue on waiter connections), holders.ts (the holder rows).
  */
 import type {
   AcquireRequest,
@@ -24,12 +27,15 @@ import type {
   ResultStore,
 } from '../../backend.js';
 import { inspect } from 'node:util';
-import { cancel, after, type Timed } from '../../deadlines.js';
-import { Sleep } from '../../wait.js';
-import { BackendError, ClosedError, InvalidArgumentError, LeaseholdError } from '../../errors.js';
+import { BackendError, ClosedError, InvalidArgumentError } from '../../errors.js';
 import { backendError, schemaError, timed, type Conn, type Db, type Row } from './client.js';
+import { Dedicated, TransactionPoolerError, readEpoch, remember, resetAndRelease, sqlState } from './connect.js';
+import { HolderRows, type HeldLock } from './holders.js';
 import { advisoryKey, checkFullKey, lockParts } from './keys.js';
 import { Notifier } from './notify.js';
+import { inspectKey, readResult, terminateHolder, writeResult } from './reads.js';
+import { ServerQueue, type Wait } from './queue.js';
+import { Watches } from './watch.js';
 import { createTables, statements, tablesExist, type Statements } from './sql.js';
 
 export interface SessionConfig {
@@ -40,77 +46,15 @@ export interface SessionConfig {
   readonly autoMigrate: boolean;
 }
 
-interface Held {
-  readonly key: string;
+/** A lock this backend holds (on its session connection, or on the waiter connection it waited on). */
+interface Held extends HeldLock {
   readonly token: string;
-  readonly lockKey: string;
-  readonly fence: bigint;
-  readonly conn: Conn;
-  state: 'held' | 'releasing' | 'lost';
   /** Releases the lock when its validity runs out without an extension. */
   timer: NodeJS.Timeout | null;
-  /** The holder value its row is written with (null: none). */
-  value: string | null;
 }
-
-/**
- * A caller waiting for a lock waits in the server's own lock queue: a blocking
- * `pg_advisory_lock` on a second connection of this backend (a waiter connection, kept for the
- * next wait). Postgres queues lock requests in arrival order, refuses `pg_try_advisory_lock`
- * while anyone waits, and on release grants the lock to the head alone and wakes only it: a fair
- * queue with one wake-up per handoff and no NOTIFY. The grant waits here until the caller's next
- * attempt claims it.
- */
-interface Wait {
-  readonly key: string;
-  readonly token: string;
-  readonly lockKey: string;
-  conn: Conn | null;
-  state: 'waiting' | 'granted' | 'ended';
-  fence: bigint;
-  /** The caller's pause on this wait (`waitForChange`), woken when it is over. */
-  sleeper: QueueSleep | null;
-  /** Lets go of a grant nobody claimed. */
-  claimTimer: Timed | null;
-  /** True once the statement is in the server's queue (seen in pg_locks) or answered. */
-  queued: boolean;
-}
-
-/** A key waited for within this long goes straight into the server's queue on the next acquire. */
-const CONTENDED_MS = 2_000;
-/** The holder row is written this long after the grant, unless the lease ended by then. */
-const RECORD_MS = 5;
-/** A grant from the server's queue that nobody claims within this is let go. */
-const CLAIM_MS = 2_000;
-/** lock_timeout of a queued wait: a safety net (a caller that gives up leaves at once). */
-const WAIT_MS = 600_000;
-/** How long a refused attempt looks for its wait in pg_locks (its place in the queue). */
-const ENQUEUE_MS = 1_000;
-/** Waiter connections (server-side waits) one backend uses at once; more waits poll on NOTIFY. */
-const MAX_WAITERS = 8;
 
 /** A waiter re-tries at least this often: a holder whose session died sends no NOTIFY. */
 const POLL_MS = 500;
-/** How long a watch marks its key attended (refreshed at half of it while watched). */
-const ATTEND_MS = 600_000;
-/** The dedicated connection goes back to the pool after this long with nothing held. */
-const IDLE_MS = 5_000;
-
-/**
- * Session locks behind a transaction pooler (PgBouncer `pool_mode = transaction`) would attach
- * to whichever server connection runs the statement: refused, with what to use instead.
- */
-export class TransactionPoolerError extends LeaseholdError {
-  constructor(detail: string) {
-    super(
-      'LEASEHOLD_UNSUPPORTED',
-      `postgres: session locks need one server session per connection, but ${detail}: this looks like a ` +
-        'transaction-pooling PgBouncer (or another transaction pooler). Use xactLock()/tryXactLock() inside ' +
-        'your transactions through it, or give postgres() a pool that connects to Postgres directly or ' +
-        'through a session-mode pool (see docs/postgres.md, "Deployments")',
-    );
-  }
-}
 
 /** `classid:objid`, as pg_locks shows the lock. */
 const part = (lockKey: string) => {
@@ -132,32 +76,17 @@ export class PostgresBackend implements Backend {
   private readonly lost = new Set<LostCallback>();
   private readonly notifier: Notifier;
   private readonly pending = new Set<Promise<unknown>>();
-  private conn: Conn | null = null;
+  /** Holder rows (for inspect, list and watchers), written off the grant's path. */
+  private readonly rows: HolderRows;
+  /** The dedicated connection (the session that holds this backend's locks). */
+  private readonly dedicated: Dedicated;
   /** The fence epoch of the server start each session connection belongs to (read once). */
   private epochs = new WeakMap<Conn, { epoch: string; started: string }>();
-  /** Waits in the server's lock queue, by key (one per key: the engine serialises a key). */
-  private readonly waits = new Map<string, Wait>();
-  /** Waiter connections: every one open (holding a wait or a granted lock, or spare). */
-  private readonly waiterConns = new Set<Conn>();
-  /** Waiter connections with nothing on them, ready for the next wait. */
-  private readonly spares: Conn[] = [];
-  /** Holder rows not yet written (sent after the grant, off its path), by key. */
-  private readonly records = new Map<string, Held>();
-  /** Holder rows on their way. */
-  private readonly recording = new Set<Promise<void>>();
-  private recordTimer: NodeJS.Timeout | null = null;
-  /** Keys this backend had to wait for lately (when): their next waiting acquire queues at once. */
-  private readonly contended = new Map<string, number>();
-  private queueGrants = 0;
+  /** Waits in the server's lock queue (one per key: the engine serialises a key). */
+  private readonly queue: ServerQueue;
   /** The server pid of each session connection, as the server says (not the client's key data). */
   private readonly pids = new WeakMap<Conn, number>();
-  /** Set once a transaction pooler was seen: every later acquire is refused the same way. */
-  private pooled: TransactionPoolerError | null = null;
-  private connecting: Promise<Conn> | null = null;
-  private idle: NodeJS.Timeout | null = null;
-  /** Watched keys (count of watches each), re-marked attended every ATTEND_MS / 2. */
-  private readonly watched = new Map<string, number>();
-  private watchTimer: NodeJS.Timeout | null = null;
+  private readonly watches: Watches;
   private schemaReady: Promise<void> | null = null;
   /** The schema check passed (attempts skip it without a microtask turn). */
   private schemaOk = false;
@@ -167,6 +96,40 @@ export class PostgresBackend implements Backend {
     this.db = config.db;
     this.sql = statements(config.quotedSchema);
     this.notifier = new Notifier(config.db, config.channel, config.timeoutMs);
+    const track = (p: Promise<unknown>) => this.track(p);
+    this.dedicated = new Dedicated({
+      db: config.db,
+      timeoutMs: config.timeoutMs,
+      closed: () => this.closed,
+      busy: () => this.busy(),
+      hasSpares: () => this.queue.spareCount > 0,
+      opened: (conn, pid) => {
+        this.pids.set(conn, pid);
+        conn.onClose((cause) => this.sessionEnded(conn, cause));
+      },
+      idleOut: () => this.track(this.giveBack()),
+    });
+    this.watches = new Watches(config.db, this.sql, this.notifier, config.timeoutMs, track);
+    this.rows = new HolderRows({ ...config, sql: this.sql, pidOf: (conn) => this.pids.get(conn), track });
+    this.queue = new ServerQueue({
+      db: config.db,
+      sql: this.sql,
+      timeoutMs: config.timeoutMs,
+      pids: this.pids,
+      closed: () => this.closed,
+      session: () => this.dedicated.current,
+      epochOf: (conn) => this.epochOf(conn),
+      checkRow: (conn, row) => this.checkRow(conn, row),
+      holdsOn: (conn) => {
+        for (const h of this.held.values()) if (h.conn === conn) return true;
+        return false;
+      },
+      ended: (conn, cause) => this.sessionEnded(conn, cause),
+      letGo: (w) => this.track(this.unlock(this.newHeld(w.key, w.token, w.lockKey, w.fence, w.conn!))),
+      window: (key, ms) => remember(this.windowLeft, key, ms),
+      maybeIdle: () => this.maybeIdle(),
+      track,
+    });
     this.results = {
       get: (lockKey) => this.getResult(lockKey),
       put: (lockKey, token, value, ttlMs) => this.putResult(lockKey, token, value, ttlMs),
@@ -191,28 +154,28 @@ export class PostgresBackend implements Backend {
   private async attempt(key: string, request: AcquireRequest, calledAt: number): Promise<Grant | null> {
     if (!this.schemaOk) await this.ensureSchema();
     const mark = this.notifier.mark();
-    const w = this.waits.get(key);
+    const w = this.queue.get(key);
     if (w) {
       // our place in the server's queue: granted (claim it) or still waiting (keep it, no I/O)
       if (w.token === request.token && request.queue) {
         if (w.state === 'granted') return this.claim(w, request, calledAt);
         if (w.state === 'waiting') return null;
       }
-      this.cancelWait(w);
+      this.queue.cancel(w);
     }
     if (this.held.has(key) || this.acquiring.has(key)) return this.refused(key, request, mark); // ours already
-    const hinted = request.queue && (this.contended.get(key) ?? -Infinity) > performance.now() - CONTENDED_MS;
+    const hinted = request.queue && this.queue.contendedLately(key);
     if (hinted && !this.closed) {
       // a key this backend waited for lately: straight into the server's queue (one statement:
       // granted at once when free); the next attempt claims the grant
-      const w2 = await this.enqueue(key, request.token, advisoryKey(key).toString(), false);
+      const w2 = await this.queue.enqueue(key, request.token, advisoryKey(key).toString(), false);
       if (w2) return null;
     }
     this.acquiring.add(key);
     try {
       const lockKey = advisoryKey(key).toString();
       // no await (no extra microtask turn) when the session and its epoch are known
-      const conn = this.liveSession() ?? (await this.session());
+      const conn = this.dedicated.live() ?? (await this.dedicated.get());
       let row: Row | undefined;
       try {
         const ep = this.epochs.get(conn) ?? (await this.epochOf(conn));
@@ -232,8 +195,8 @@ export class PostgresBackend implements Backend {
       }
       if (request.queue && !this.closed) {
         // take a place in the server's queue now: arrival order is the order of refusals
-        remember(this.contended, key, performance.now());
-        const w2 = await this.enqueue(key, request.token, lockKey, true);
+        this.queue.markContended(key);
+        const w2 = await this.queue.enqueue(key, request.token, lockKey, true);
         if (w2?.state === 'granted') return this.claim(w2, request, calledAt);
         if (w2) return null;
         // no waiter connection: poll, with releases of this key NOTIFYing (attended for 60 s)
@@ -263,9 +226,10 @@ export class PostgresBackend implements Backend {
       if ((c >= 48 && c <= 57) || r === 'held' || c === 119) return r;
     }
     if (r === 'moved') {
-      this.pooled = new TransactionPoolerError('a statement on the lock connection ran on another server session');
-      this.fail(conn, this.pooled);
-      throw this.pooled;
+      const e = new TransactionPoolerError('a statement on the lock connection ran on another server session');
+      this.dedicated.pooled = e;
+      this.fail(conn, e);
+      throw e;
     }
     // another server start than the one whose epoch this connection read: never grant on it
     const e = new BackendError('postgres: the server restarted under the lock connection');
@@ -299,177 +263,24 @@ export class PostgresBackend implements Backend {
       return null;
     }
     this.expireAt(held, calledAt + request.ttlMs);
-    this.record(held, request.value ?? null);
+    this.rows.add(held, request.value ?? null);
     // a holder value (an election's leader) is visible to everyone once the grant resolves
-    if (request.value !== undefined) await this.flushRecords(key);
+    if (request.value !== undefined) await this.rows.flush(key);
     return { fence: held.fence };
   }
 
-  /**
-   * The holder row (fence, value, session pid: what inspect, list and watchers read) is written
-   * RECORD_MS after the grant on a pooled connection, and not at all for a lease already
-   * released by then. Inspect and list of this backend write what is pending first.
-   */
-  private record(held: Held, value: string | null): void {
-    this.records.set(held.key, held);
-    held.value = value;
-    this.recordTimer ??= setTimeout(() => {
-      this.recordTimer = null;
-      this.track(this.flushRecords());
-    }, RECORD_MS);
-  }
-
-  /**
-   * A lease that ended before its holder row was written: the row is not written, and with no
-   * other row pending the timer is cleared (under contention a lease often lives < RECORD_MS).
-   * Node keeps its libuv timer armed for a cleared timeout, so the process still wakes once at
-   * that time; what this saves is the flush's work, not the wake-up (measured: no change in CPU).
-   */
-  private unrecord(held: Held): void {
-    if (this.records.get(held.key) !== held) return;
-    this.records.delete(held.key);
-    if (this.records.size === 0 && this.recordTimer) {
-      clearTimeout(this.recordTimer);
-      this.recordTimer = null;
-    }
-  }
-
-  private flushRecords(only?: string): Promise<void> {
-    const p = this.writeRecords(only);
-    this.recording.add(p);
-    const done = () => void this.recording.delete(p);
-    p.then(done, done);
-    return p;
-  }
-
-  private async writeRecords(only?: string): Promise<void> {
-    const todo = only === undefined ? [...this.records.values()] : [this.records.get(only)].filter((h) => !!h);
-    for (const h of todo) this.records.delete(h.key);
-    await Promise.all(
-      todo
-        .filter((h) => h.state === 'held')
-        .map((h) => {
-          const params = [
-            h.key,
-            h.fence.toString(),
-            String(this.pids.get(h.conn)),
-            h.value,
-            h.lockKey,
-            this.config.channel,
-          ];
-          return timed(this.db.query(this.sql.record, params), this.config.timeoutMs, 'holder row').catch(() => {});
-        }),
-    );
-  }
-
   /** Resolves once the holder rows of this backend's grants so far are written. */
-  async written(): Promise<void> {
-    if (this.records.size > 0) this.track(this.flushRecords());
-    await Promise.all([...this.recording]);
+  written(): Promise<void> {
+    return this.rows.written();
   }
 
-  /** Reads (recording first, once per server start) the fence epoch for a session connection. */
+  /** The fence epoch of a session connection's server start (read once per connection). */
   private async epochOf(conn: Conn): Promise<{ epoch: string; started: string }> {
     const known = this.epochs.get(conn);
     if (known) return known;
-    for (let round = 0; round < 2; round++) {
-      const row = (await timed(conn.query(this.sql.epoch), this.config.timeoutMs, 'fence epoch'))[0];
-      if (row?.epoch != null) {
-        const ep = { epoch: String(row.epoch), started: String(row.started) };
-        this.epochs.set(conn, ep);
-        return ep;
-      }
-      await timed(conn.query(this.sql.bumpEpoch), this.config.timeoutMs, 'fence epoch');
-    }
-    throw new BackendError('postgres: could not record the fence epoch of this server start');
-  }
-
-  /**
-   * Joins the server's queue for `key` on a waiter connection and returns once the wait is seen
-   * in pg_locks (or already answered); null when no waiter connection can be had (then the caller
-   * polls on NOTIFY as before).
-   */
-  private async enqueue(key: string, token: string, lockKey: string, confirm: boolean): Promise<Wait | null> {
-    if (this.waits.size >= MAX_WAITERS) return null;
-    let conn: Conn;
-    try {
-      conn = await this.waiterConn();
-    } catch {
-      return null;
-    }
-    if (this.closed) {
-      this.spareBack(conn);
-      return null;
-    }
-    const w: Wait = {
-      key,
-      token,
-      lockKey,
-      conn,
-      state: 'waiting',
-      fence: 0n,
-      sleeper: null,
-      claimTimer: null,
-      queued: false,
-    };
-    this.waits.set(key, w);
-    this.track(this.runWait(w, conn));
-    // wait until the server has it queued: a later refusal (of anyone) queues behind it
-    const { classid, objid } = lockParts(BigInt(lockKey));
-    const pid = String(this.pids.get(conn));
-    const until = performance.now() + ENQUEUE_MS;
-    const session = this.conn;
-    while (confirm && !w.queued && w.state === 'waiting' && session && !session.closed && performance.now() < until) {
-      try {
-        const rows = await timed(
-          session.prepared(this.sql.waiting, [pid, classid, objid]),
-          this.config.timeoutMs,
-          'queue',
-        );
-        if (rows.length > 0) w.queued = true;
-      } catch {
-        break;
-      }
-    }
-    return w.state === 'ended' ? null : w;
-  }
-
-  /** The blocking statement of one wait; its answer settles the wait. */
-  private async runWait(w: Wait, conn: Conn): Promise<void> {
-    let spare = false;
-    try {
-      const ep = await this.epochOf(conn);
-      const params = [w.lockKey, w.key, String(this.pids.get(conn)), ep.started, ep.epoch, String(WAIT_MS)];
-      const row = (await conn.prepared(this.sql.waitLock, params))[0];
-      w.queued = true;
-      if (w.state !== 'waiting') {
-        // cancelled while the answer was on its way: whatever it got goes with the connection
-        if (!conn.closed) conn.destroy(new Error('leasehold: wait cancelled'));
-        return;
-      }
-      const r = this.checkRow(conn, row);
-      if (r !== 'held' && r.charCodeAt(0) !== 119) {
-        w.state = 'granted';
-        w.fence = BigInt(r);
-        this.queueGrants++;
-        remember(this.contended, w.key, performance.now());
-        w.claimTimer = after(CLAIM_MS, () => this.cancelWait(w));
-        return;
-      }
-      if (r !== 'held') remember(this.windowLeft, w.key, Number(r.slice(1)));
-      spare = true;
-    } catch (e) {
-      // lock_timeout (55P03) leaves a healthy connection; anything else ends it
-      if (sqlState(e) === '55P03' && !conn.closed) spare = true;
-      else if (!conn.closed) conn.destroy(e);
-    } finally {
-      if (w.state !== 'granted') {
-        w.state = 'ended';
-        if (this.waits.get(w.key) === w) this.waits.delete(w.key);
-        if (spare) this.spareBack(conn);
-      }
-      finishWait(w);
-    }
+    const ep = await readEpoch(conn, this.sql, this.config.timeoutMs);
+    this.epochs.set(conn, ep);
+    return ep;
   }
 
   /** A granted wait becomes a lease of the caller whose attempt claims it. */
@@ -479,10 +290,7 @@ export class PostgresBackend implements Backend {
 
   /** A granted wait ends; its lock is the caller's from now on (on the waiter connection). */
   private takeWait(w: Wait, token: string): Held {
-    if (w.claimTimer) cancel(w.claimTimer);
-    w.claimTimer = null;
-    w.state = 'ended';
-    if (this.waits.get(w.key) === w) this.waits.delete(w.key);
+    this.queue.take(w);
     return this.newHeld(w.key, token, w.lockKey, w.fence, w.conn!);
   }
 
@@ -494,74 +302,21 @@ export class PostgresBackend implements Backend {
    * check first (a holder value to write, a closed backend or connection).
    */
   handedOver(key: string, request: AcquireRequest): Grant | null {
-    const w = this.waits.get(key);
+    const w = this.queue.get(key);
     if (!w || w.state !== 'granted' || w.token !== request.token || !request.queue) return null;
     if (request.value !== undefined || this.closed || !this.schemaOk || !w.conn || w.conn.closed) return null;
     const held = this.takeWait(w, request.token);
     this.held.set(key, held);
     this.windowLeft.delete(key);
     this.expireAt(held, performance.now() + request.ttlMs);
-    this.record(held, null);
+    this.rows.add(held, null);
     return { fence: held.fence };
-  }
-
-  /** Ends a wait: out of the queue (its connection is dropped), or its unclaimed grant let go. */
-  private cancelWait(w: Wait): void {
-    if (this.waits.get(w.key) === w) this.waits.delete(w.key);
-    if (w.claimTimer) cancel(w.claimTimer);
-    w.claimTimer = null;
-    const was = w.state;
-    w.state = 'ended';
-    const conn = w.conn;
-    if (conn && was === 'granted') {
-      const h = this.newHeld(w.key, w.token, w.lockKey, w.fence, conn);
-      this.track(this.unlock(h));
-    } else if (conn && was === 'waiting') {
-      // the server drops a wait whose client is gone (client_connection_check_interval), or
-      // lets go at once of a lock it grants to one
-      conn.destroy(new Error('leasehold: wait cancelled'));
-    }
-    finishWait(w);
   }
 
   /** Removes a caller that gave up from the server's queue. */
   async leave(key: string, token: string): Promise<void> {
-    const w = this.waits.get(key);
-    if (w && w.token === token) this.cancelWait(w);
-  }
-
-  /** A waiter connection: a spare one, or a new one from the pool (its pid read, the checks set). */
-  private async waiterConn(): Promise<Conn> {
-    for (let c = this.spares.pop(); c; c = this.spares.pop()) if (!c.closed) return c;
-    const conn = await this.db.reserve(Math.min(this.config.timeoutMs, 1_000));
-    try {
-      const row = (await timed(conn.query(this.sql.waiterSetup), this.config.timeoutMs, 'connect'))[0];
-      this.pids.set(conn, Number(row?.pid));
-    } catch (e) {
-      conn.destroy(e);
-      throw e;
-    }
-    if (this.closed) {
-      conn.destroy(new ClosedError('postgres: backend closed'));
-      throw new ClosedError('postgres: backend closed');
-    }
-    this.waiterConns.add(conn);
-    conn.onClose((cause) => this.sessionEnded(conn, cause));
-    return conn;
-  }
-
-  /** A waiter connection with no wait and no lock on it: kept for the next wait (or given back). */
-  private spareBack(conn: Conn): void {
-    if (conn.closed || conn === this.conn) return;
-    for (const h of this.held.values()) if (h.conn === conn) return;
-    for (const w of this.waits.values()) if (w.conn === conn) return;
-    if (this.closed || this.spares.length >= 1) {
-      this.waiterConns.delete(conn);
-      this.track(this.resetAndRelease(conn));
-      return;
-    }
-    if (!this.spares.includes(conn)) this.spares.push(conn);
-    this.maybeIdle();
+    const w = this.queue.get(key);
+    if (w && w.token === token) this.queue.cancel(w);
   }
 
   /** The liveness probe: one statement per session connection, whatever the number of leases. */
@@ -632,11 +387,11 @@ export class PostgresBackend implements Backend {
   private async unlock(h: Held): Promise<boolean> {
     h.state = 'releasing';
     this.disarm(h);
-    this.unrecord(h);
+    this.rows.remove(h);
     if (this.held.get(h.key) === h) this.held.delete(h.key);
     // a waiter connection is ready for the next wait at once: its statements run in order, the
     // next wait's after this release
-    if (h.conn !== this.conn) this.spareBack(h.conn);
+    if (h.conn !== this.dedicated.current) this.queue.spareBack(h.conn);
     try {
       const rows = await timed(
         h.conn.prepared(this.sql.release, [h.lockKey, this.config.channel, h.key]),
@@ -644,8 +399,9 @@ export class PostgresBackend implements Backend {
         'release',
       );
       if (Number(rows[0]?.pid) !== this.pids.get(h.conn)) {
-        this.pooled = new TransactionPoolerError('a release ran on another server session');
-        this.fail(h.conn, this.pooled); // ends the session that still holds the locks
+        const e = new TransactionPoolerError('a release ran on another server session');
+        this.dedicated.pooled = e;
+        this.fail(h.conn, e); // ends the session that still holds the locks
         return false;
       }
       return rows[0]?.ok === true;
@@ -670,25 +426,16 @@ export class PostgresBackend implements Backend {
     } catch (e) {
       this.fail(h.conn, e);
     }
-    if (h.conn !== this.conn) this.spareBack(h.conn);
+    if (h.conn !== this.dedicated.current) this.queue.spareBack(h.conn);
   }
 
   waitForChange(key: string, signal: AbortSignal, maxMs: number): Promise<void> {
     if (typeof key !== 'string') return Promise.resolve();
     const windowMs = this.windowLeft.get(key);
     this.windowLeft.delete(key);
-    const w = this.waits.get(key);
-    if (w && windowMs === undefined) {
-      // in the server's queue: woken by the grant alone (or when the wait ends); one object, on
-      // the engine's shared timer (this is on the path of every contended handoff)
-      if (w.state !== 'waiting' || signal.aborted) return Promise.resolve();
-      return new Promise<void>((resolve) => {
-        w.sleeper?.done();
-        const s = new QueueSleep(w, signal, resolve);
-        w.sleeper = s;
-        s.start(Math.max(0, maxMs));
-      });
-    }
+    const w = this.queue.get(key);
+    // in the server's queue: woken by the grant alone (or when the wait ends)
+    if (w && windowMs === undefined) return this.queue.sleep(w, signal, maxMs);
     const cap = windowMs === undefined ? POLL_MS : Math.max(POLL_MS, windowMs + 5);
     try {
       return this.notifier.wait(key, advisoryKey(key).toString(), signal, Math.min(maxMs, cap));
@@ -703,82 +450,32 @@ export class PostgresBackend implements Backend {
     if (typeof onChange !== 'function') throw new InvalidArgumentError('watch: onChange must be a function');
     this.assertOpen();
     await this.ensureSchema();
-    const lockKey = advisoryKey(key).toString();
     try {
-      const stop = await this.notifier.watch(lockKey, onChange);
-      this.watched.set(key, (this.watched.get(key) ?? 0) + 1);
-      await this.attend(key);
-      this.watchTimer ??= setInterval(() => {
-        for (const k of this.watched.keys()) this.track(this.attend(k).catch(() => {}));
-      }, ATTEND_MS / 2).unref();
-      let stopped = false;
-      return () => {
-        if (stopped) return;
-        stopped = true;
-        stop();
-        const n = (this.watched.get(key) ?? 1) - 1;
-        if (n > 0) this.watched.set(key, n);
-        else this.watched.delete(key);
-        if (this.watched.size === 0 && this.watchTimer) {
-          clearInterval(this.watchTimer);
-          this.watchTimer = null;
-        }
-      };
+      return await this.watches.watch(key, onChange);
     } catch (e) {
       throw backendError(e, 'watch');
     }
-  }
-
-  /** Marks a watched key attended, so that its grants and releases NOTIFY (refreshed while watched). */
-  private async attend(key: string): Promise<void> {
-    const params = [key, advisoryKey(key).toString(), String(ATTEND_MS)];
-    await timed(this.db.query(this.sql.attend, params), this.config.timeoutMs, 'watch');
   }
 
   async inspect(key: string): Promise<LockInfo | null> {
     checkFullKey(key);
     this.assertOpen();
     await this.ensureSchema();
-    const { classid, objid } = lockParts(advisoryKey(key));
     await this.written(); // what this backend granted shows
-    let row;
-    try {
-      row = (await timed(this.db.query(this.sql.inspect, [key, classid, objid]), this.config.timeoutMs, 'inspect'))[0];
-    } catch (e) {
-      throw backendError(e, 'inspect');
-    }
-    if (!row) return null;
-    if (row.held === true) {
-      const info: LockInfo = { key, fence: BigInt(row.fence == null ? '0' : String(row.fence)), remainingMs: -1 };
-      return row.mine === true && typeof row.value === 'string' ? { ...info, value: row.value } : info;
-    }
-    if (row.wfence != null) return { key, fence: BigInt(String(row.wfence)), remainingMs: Number(row.wait) };
-    return null;
+    return inspectKey(this.db, this.sql, this.config.timeoutMs, key);
   }
 
   private async getResult(lockKey: string): Promise<string | null> {
     checkFullKey(lockKey);
     await this.ensureSchema();
-    try {
-      const rows = await timed(this.db.query(this.sql.getResult, [lockKey]), this.config.timeoutMs, 'result read');
-      return typeof rows[0]?.value === 'string' ? rows[0].value : null;
-    } catch (e) {
-      throw backendError(e, 'result read');
-    }
+    return readResult(this.db, this.sql, this.config.timeoutMs, lockKey);
   }
 
   /** Stores only while `token` holds `lockKey`: checked here and by the server (pg_locks). */
   private async putResult(lockKey: string, token: string, value: string, ttlMs: number): Promise<boolean> {
     const h = this.held.get(lockKey);
     if (!h || h.token !== token || h.state !== 'held') return false;
-    const { classid, objid } = lockParts(BigInt(h.lockKey));
-    try {
-      const params = [lockKey, value, String(Math.ceil(ttlMs)), classid, objid];
-      const rows = await timed(h.conn.query(this.sql.putResult, params), this.config.timeoutMs, 'result write');
-      return rows[0]?.ok === true;
-    } catch (e) {
-      throw backendError(e, 'result write');
-    }
+    return writeResult(h.conn, this.sql, this.config.timeoutMs, { key: lockKey, lockKey: h.lockKey, value, ttlMs });
   }
 
   onLost(cb: LostCallback): void {
@@ -786,12 +483,12 @@ export class PostgresBackend implements Backend {
     this.lost.add(cb);
     // a Locks instance took this backend: open the session now, so the first acquire does not pay
     // for it within its validity (given back after IDLE_MS when unused; a failure is left to it)
-    if (!this.closed && !this.conn && !this.connecting) {
+    if (!this.closed && !this.dedicated.started) {
       // the schema check first: it needs a pooled connection of its own, and a small pool could
       // otherwise have none left once the session took its one
       this.track(
         this.ensureSchema()
-          .then(() => this.session())
+          .then(() => this.dedicated.get())
           .then(
             () => this.maybeIdle(),
             () => {},
@@ -807,14 +504,10 @@ export class PostgresBackend implements Backend {
   async close(): Promise<void> {
     if (this.closed) return;
     this.closed = true;
-    if (this.watchTimer) clearInterval(this.watchTimer);
-    this.watchTimer = null;
-    this.watched.clear();
+    this.watches.close();
     await this.notifier.close();
-    if (this.recordTimer) clearTimeout(this.recordTimer);
-    this.recordTimer = null;
-    this.records.clear();
-    for (const w of [...this.waits.values()]) this.cancelWait(w);
+    this.rows.clear();
+    this.queue.cancelAll();
     await Promise.allSettled([...this.pending]);
     for (const h of [...this.held.values()]) if (h.state === 'held') await this.unlock(h);
     await Promise.allSettled([...this.pending]);
@@ -823,7 +516,7 @@ export class PostgresBackend implements Backend {
 
   /** Diagnostics (tests): grants out of the server's queue, NOTIFY messages received. */
   get stats(): { queueGrants: number; notifications: number } {
-    return { queueGrants: this.queueGrants, notifications: this.notifier.messages };
+    return { queueGrants: this.queue.grants, notifications: this.notifier.messages };
   }
 
   /** Number of locks this backend holds (tests and diagnostics). */
@@ -833,7 +526,8 @@ export class PostgresBackend implements Backend {
 
   /** The server pid of the dedicated connection, or null (tests and diagnostics). */
   get sessionPid(): number | null {
-    return this.conn && !this.conn.closed ? (this.pids.get(this.conn) ?? null) : null;
+    const c = this.dedicated.current;
+    return c && !c.closed ? (this.pids.get(c) ?? null) : null;
   }
 
   /** Creates the tables on first use (unless `migrate: false`); cached, retried after failure. */
@@ -863,151 +557,29 @@ export class PostgresBackend implements Backend {
     return this.schemaReady;
   }
 
-  /** The open session connection, if there is one (and no pooler was seen); keeps it from idling out. */
-  private liveSession(): Conn | null {
-    const c = this.conn;
-    if (!c || c.closed || this.pooled) return null;
-    this.idleSince = performance.now(); // in use: the idle timer, if armed, waits on
-    return c;
-  }
-
-  /** The dedicated connection, taken from the pool when there is none. */
-  private async session(): Promise<Conn> {
-    if (this.idle) clearTimeout(this.idle);
-    this.idle = null;
-    if (this.pooled) throw this.pooled;
-    if (this.conn && !this.conn.closed) return this.conn;
-    this.connecting ??= this.open().finally(() => (this.connecting = null));
-    return this.connecting;
-  }
-
-  /**
-   * Takes a connection and makes sure it is one server session: its pid is read, then a second
-   * connection holds a transaction open while the first asks again. Behind a transaction pooler
-   * the second one takes the first one's (idle, most recently used) server connection, so the
-   * first one's next statement runs elsewhere. Each acquire re-checks the pid (one parameter).
-   */
-  private async open(): Promise<Conn> {
-    const { timeoutMs } = this.config;
-    const conn = await this.db.reserve(timeoutMs).catch((e) => Promise.reject(backendError(e, 'connect')));
-    const pidOf = async (c: { query: Conn['query'] }) =>
-      Number((await timed(c.query('SELECT pg_backend_pid() AS pid'), timeoutMs, 'connect'))[0]?.pid);
-    try {
-      const [first] = await timed(
-        // generic plans for the lock statements from their first run (no re-planning per call)
-        conn.query(
-          `SELECT pg_backend_pid() AS pid, inet_server_port() AS port,
-            set_config('plan_cache_mode', 'force_generic_plan', false) AS plans`,
-        ),
-        timeoutMs,
-        'connect',
-      );
-      const pid = Number(first?.pid);
-      // a direct connection (or a 1:1 TCP proxy) is checked no further; anything else is probed
-      const serverPort = first?.port == null ? null : Number(first.port);
-      // pg knows the pid the server announced at connect: a pooler announces its own (a plain TCP
-      // proxy passes the server's through). postgres.js does not tell: a port mismatch counts.
-      const proxied =
-        conn.keyPid !== undefined
-          ? conn.keyPid !== pid
-          : serverPort !== null && conn.port !== undefined && conn.port !== serverPort;
-      let other: Conn | null = null;
-      let clean = true;
-      try {
-        // a pool of one gives no second connection: the check is skipped (each acquire's pid guard
-        // stays). postgres.js (with fetch_types off) may never hand out a second reservation: short
-        const wait = Math.min(timeoutMs, this.db.kind === 'postgres.js' ? 300 : 2000);
-        if (proxied) other = await this.db.reserve(wait).catch(() => null);
-        if (other) {
-          clean = false;
-          await timed(other.query('BEGIN'), timeoutMs, 'connect');
-          const theirs = await pidOf(other);
-          const again = await pidOf(conn);
-          await timed(other.query('COMMIT'), timeoutMs, 'connect');
-          clean = true;
-          if (theirs === pid || again !== pid) {
-            throw new TransactionPoolerError('its server session changed between two statements');
-          }
-        }
-      } finally {
-        if (clean) other?.release();
-        else other?.destroy();
-      }
-      if (this.closed) throw new ClosedError('postgres: backend closed');
-      this.pids.set(conn, pid);
-      this.conn = conn;
-      conn.onClose((cause) => this.sessionEnded(conn, cause));
-      return conn;
-    } catch (e) {
-      if (e instanceof TransactionPoolerError) this.pooled = e;
-      conn.destroy(e);
-      throw e instanceof LeaseholdError ? e : backendError(e, 'connect');
-    }
-  }
-
-  private async bumpEpoch(conn: Conn): Promise<void> {
-    try {
-      await timed(conn.query(this.sql.bumpEpoch), this.config.timeoutMs, 'fence epoch');
-    } catch (e) {
-      await this.afterFailure(conn, null, e);
-      throw backendError(e, 'fence epoch');
-    }
-  }
-
-  /** Nothing held, nothing in flight: give the connection back after IDLE_MS. */
-  private maybeIdle(): void {
-    if (this.busy()) return;
-    if (!this.conn && this.spares.length === 0) return;
-    // one timer for a run of uses (not one per release): it re-arms for what is left of IDLE_MS
-    this.idleSince = performance.now();
-    if (!this.idle) this.armIdle(IDLE_MS);
-  }
-
-  private idleSince = 0;
-
   /** Closed, or something held, being acquired or waited for: the session stays. */
   private busy(): boolean {
-    return this.closed || this.held.size > 0 || this.acquiring.size > 0 || this.waits.size > 0;
+    return this.closed || this.held.size > 0 || this.acquiring.size > 0 || this.queue.size > 0;
   }
 
-  private armIdle(ms: number): void {
-    this.idle = setTimeout(() => {
-      this.idle = null;
-      if (this.busy()) return;
-      const left = this.idleSince + IDLE_MS - performance.now();
-      if (left > 1) this.armIdle(left);
-      else this.track(this.giveBack());
-    }, ms);
-    this.idle.unref();
+  private maybeIdle(): void {
+    this.dedicated.maybeIdle();
   }
 
   /** Back to the pool, with no lock left on it (or destroyed when that cannot be made sure). */
   private async giveBack(): Promise<void> {
-    if (this.idle) clearTimeout(this.idle);
-    this.idle = null;
-    const conn = this.conn;
-    this.conn = null;
-    const spares = this.spares.splice(0);
-    for (const c of spares) this.waiterConns.delete(c);
-    await Promise.all([conn, ...spares].map((c) => (c && !c.closed ? this.resetAndRelease(c) : null)));
-  }
-
-  /** Back to the pool with no lock and no setting of ours left on it (destroyed when unsure). */
-  private async resetAndRelease(conn: Conn): Promise<void> {
-    try {
-      await timed(conn.query(this.sql.resetSession), this.config.timeoutMs, 'unlock all');
-      conn.release();
-    } catch (e) {
-      conn.destroy(e);
-    }
+    const conn = this.dedicated.take();
+    const spares = this.queue.takeSpares();
+    const { sql, config } = this;
+    await Promise.all(
+      [conn, ...spares].map((c) => (c && !c.closed ? resetAndRelease(c, sql, config.timeoutMs) : null)),
+    );
   }
 
   /** The connection closed or errored: every lease on it is lost. */
   private sessionEnded(conn: Conn, cause: unknown): void {
-    if (this.conn === conn) this.conn = null;
-    this.waiterConns.delete(conn);
-    const at = this.spares.indexOf(conn);
-    if (at >= 0) this.spares.splice(at, 1);
+    this.dedicated.ended(conn);
+    this.queue.forget(conn);
     conn.destroy(cause); // the pool drops it (a closed connection cannot go back)
     for (const h of [...this.held.values()]) if (h.conn === conn) this.lose(h, cause);
   }
@@ -1017,7 +589,7 @@ export class PostgresBackend implements Backend {
     const mine = [...this.held.values()].filter((h) => h.conn === conn).map((h) => part(h.lockKey));
     const wasOpen = !conn.closed;
     this.sessionEnded(conn, cause);
-    if (wasOpen) this.track(this.terminate(this.pids.get(conn) ?? conn.pid, mine));
+    if (wasOpen) this.track(terminateHolder(this.db, this.config.timeoutMs, this.pids.get(conn) ?? conn.pid, mine));
   }
 
   /**
@@ -1047,7 +619,7 @@ export class PostgresBackend implements Backend {
     if (h.state !== 'held') return;
     h.state = 'lost';
     this.disarm(h);
-    this.unrecord(h);
+    this.rows.remove(h);
     if (this.held.get(h.key) === h) this.held.delete(h.key);
     for (const cb of this.lost) {
       try {
@@ -1057,17 +629,6 @@ export class PostgresBackend implements Backend {
       }
     }
     this.maybeIdle();
-  }
-
-  /** Ends a server session we gave up on, if it still holds one of our locks (never a reused pid). */
-  private async terminate(pid: number, parts: string[]): Promise<void> {
-    if (!Number.isInteger(pid) || pid <= 0 || parts.length === 0) return;
-    const text = `SELECT pg_terminate_backend(pid) FROM (SELECT DISTINCT pid FROM pg_locks WHERE pid = $1::int4
-      AND locktype = 'advisory' AND objsubid = 1 AND granted
-      AND (classid::int8::text || ':' || objid::int8::text) = ANY ($2::text[])) p`;
-    await timed(this.db.query(text, [String(pid), `{${parts.join(',')}}`]), this.config.timeoutMs, 'terminate').catch(
-      () => {},
-    );
   }
 
   private expireAt(h: Held, at: number): void {
@@ -1107,42 +668,5 @@ export class PostgresBackend implements Backend {
   }
   toJSON(): { name: string; client: string; held: number } {
     return { name: this.name, client: this.db.kind, held: this.held.size };
-  }
-}
-
-/** The SQLSTATE of a server error (both clients put it in `code`), else undefined. */
-function sqlState(e: unknown): string | undefined {
-  const code = e && typeof e === 'object' ? (e as { code?: unknown }).code : undefined;
-  return typeof code === 'string' && /^[0-9A-Z]{5}$/.test(code) ? code : undefined;
-}
-
-function remember(map: Map<string, number>, key: string, value: number): void {
-  map.delete(key);
-  map.set(key, value);
-  if (map.size > 4096) {
-    const oldest = map.keys().next().value;
-    if (oldest !== undefined) map.delete(oldest);
-  }
-}
-
-/** A wait is over (granted, failed or cancelled: its state says which): its caller's pause returns. */
-function finishWait(w: Wait): void {
-  w.sleeper?.done();
-}
-
-/** A caller's pause on its wait in the server's queue: over, its bound, or its abort. */
-class QueueSleep extends Sleep {
-  constructor(
-    private readonly w: Wait,
-    signal: AbortSignal,
-    resolve: () => void,
-  ) {
-    super(signal, resolve);
-  }
-
-  protected detach(): boolean {
-    if (this.w.sleeper !== this) return false;
-    this.w.sleeper = null;
-    return true;
   }
 }

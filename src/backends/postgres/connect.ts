@@ -1,0 +1,236 @@
+/**
+ * The session backend's connections (session.ts): opening the dedicated one (and refusing a
+ * transaction pooler), reading the fence epoch of a connection's server start, and giving a
+ * connection back with nothing of ours left on it.
+ */
+import { BackendError, ClosedError, LeaseholdError } from '../../errors.js';
+import { backendError, timed, type Conn, type Db } from './client.js';
+import type { Statements } from './sql.js';
+
+/**
+ * Session locks behind a transaction pooler (PgBouncer `pool_mode = transaction`) would attach
+ * to whichever server connection runs the statement: refused, with what to use instead.
+ */
+export class TransactionPoolerError extends LeaseholdError {
+  constructor(detail: string) {
+    super(
+      'LEASEHOLD_UNSUPPORTED',
+      `postgres: session locks need one server session per connection, but ${detail}: this looks like a ` +
+        'transaction-pooling PgBouncer (or another transaction pooler). Use xactLock()/tryXactLock() inside ' +
+        'your transactions through it, or give postgres() a pool that connects to Postgres directly or ' +
+        'through a session-mode pool (see docs/postgres.md, "Deployments")',
+    );
+  }
+}
+
+/**
+ * Takes a connection and makes sure it is one server session: its pid is read, then a second
+ * connection holds a transaction open while the first asks again. Behind a transaction pooler
+ * the second one takes the first one's (idle, most recently used) server connection, so the
+ * first one's next statement runs elsewhere. Each acquire re-checks the pid (one parameter).
+ * On failure the connection is destroyed; a pooler throws `TransactionPoolerError`.
+ */
+export async function openSession(
+  db: Db,
+  timeoutMs: number,
+  closed: () => boolean,
+): Promise<{ conn: Conn; pid: number }> {
+  const conn = await db.reserve(timeoutMs).catch((e) => Promise.reject(backendError(e, 'connect')));
+  const pidOf = async (c: { query: Conn['query'] }) =>
+    Number((await timed(c.query('SELECT pg_backend_pid() AS pid'), timeoutMs, 'connect'))[0]?.pid);
+  try {
+    const [first] = await timed(
+      // generic plans for the lock statements from their first run (no re-planning per call)
+      conn.query(
+        `SELECT pg_backend_pid() AS pid, inet_server_port() AS port,
+          set_config('plan_cache_mode', 'force_generic_plan', false) AS plans`,
+      ),
+      timeoutMs,
+      'connect',
+    );
+    const pid = Number(first?.pid);
+    // a direct connection (or a 1:1 TCP proxy) is checked no further; anything else is probed
+    const serverPort = first?.port == null ? null : Number(first.port);
+    // pg knows the pid the server announced at connect: a pooler announces its own (a plain TCP
+    // proxy passes the server's through). postgres.js does not tell: a port mismatch counts.
+    const proxied =
+      conn.keyPid !== undefined
+        ? conn.keyPid !== pid
+        : serverPort !== null && conn.port !== undefined && conn.port !== serverPort;
+    let other: Conn | null = null;
+    let clean = true;
+    try {
+      // a pool of one gives no second connection: the check is skipped (each acquire's pid guard
+      // stays). postgres.js (with fetch_types off) may never hand out a second reservation: short
+      const wait = Math.min(timeoutMs, db.kind === 'postgres.js' ? 300 : 2000);
+      if (proxied) other = await db.reserve(wait).catch(() => null);
+      if (other) {
+        clean = false;
+        await timed(other.query('BEGIN'), timeoutMs, 'connect');
+        const theirs = await pidOf(other);
+        const again = await pidOf(conn);
+        await timed(other.query('COMMIT'), timeoutMs, 'connect');
+        clean = true;
+        if (theirs === pid || again !== pid) {
+          throw new TransactionPoolerError('its server session changed between two statements');
+        }
+      }
+    } finally {
+      if (clean) other?.release();
+      else other?.destroy();
+    }
+    if (closed()) throw new ClosedError('postgres: backend closed');
+    return { conn, pid };
+  } catch (e) {
+    conn.destroy(e);
+    throw e instanceof LeaseholdError ? e : backendError(e, 'connect');
+  }
+}
+
+/** The fence epoch of a connection's server start, recorded first (durably) when not yet done. */
+export async function readEpoch(
+  conn: Conn,
+  sql: Statements,
+  timeoutMs: number,
+): Promise<{ epoch: string; started: string }> {
+  for (let round = 0; round < 2; round++) {
+    const row = (await timed(conn.query(sql.epoch), timeoutMs, 'fence epoch'))[0];
+    if (row?.epoch != null) return { epoch: String(row.epoch), started: String(row.started) };
+    await timed(conn.query(sql.bumpEpoch), timeoutMs, 'fence epoch');
+  }
+  throw new BackendError('postgres: could not record the fence epoch of this server start');
+}
+
+/** Back to the pool with no lock and no setting of ours left on it (destroyed when unsure). */
+export async function resetAndRelease(conn: Conn, sql: Statements, timeoutMs: number): Promise<void> {
+  try {
+    await timed(conn.query(sql.resetSession), timeoutMs, 'unlock all');
+    conn.release();
+  } catch (e) {
+    conn.destroy(e);
+  }
+}
+
+/** The SQLSTATE of a server error (both clients put it in `code`), else undefined. */
+export function sqlState(e: unknown): string | undefined {
+  const code = e && typeof e === 'object' ? (e as { code?: unknown }).code : undefined;
+  return typeof code === 'string' && /^[0-9A-Z]{5}$/.test(code) ? code : undefined;
+}
+
+/** Sets `key` (as the newest entry) in a map bounded to the 4,096 newest keys. */
+export function remember(map: Map<string, number>, key: string, value: number): void {
+  map.delete(key);
+  map.set(key, value);
+  if (map.size > 4096) {
+    const oldest = map.keys().next().value;
+    if (oldest !== undefined) map.delete(oldest);
+  }
+}
+
+/** The dedicated connection goes back to the pool after this long with nothing held. */
+const IDLE_MS = 5_000;
+
+/** What the dedicated connection needs from its backend. */
+export interface DedicatedHost {
+  readonly db: Db;
+  readonly timeoutMs: number;
+  closed(): boolean;
+  /** Something held, being acquired or waited for (or closed): the connection stays. */
+  busy(): boolean;
+  /** Spare waiter connections are open (they go back with it). */
+  hasSpares(): boolean;
+  /** A connection was opened as the session, with the server's pid. */
+  opened(conn: Conn, pid: number): void;
+  /** Nothing was used for IDLE_MS: give the connections back. */
+  idleOut(): void;
+}
+
+/**
+ * The backend's dedicated connection (its session): taken from the pool at the first use, kept
+ * while anything is held (and IDLE_MS after), then given back. A transaction pooler seen once
+ * is refused from then on.
+ */
+export class Dedicated {
+  private conn: Conn | null = null;
+  private connecting: Promise<Conn> | null = null;
+  private idle: NodeJS.Timeout | null = null;
+  private idleSince = 0;
+  /** Set once a transaction pooler was seen: every later acquire is refused the same way. */
+  pooled: TransactionPoolerError | null = null;
+
+  constructor(private readonly host: DedicatedHost) {}
+
+  /** The connection, open or not (null: none). */
+  get current(): Conn | null {
+    return this.conn;
+  }
+
+  /** Being opened or open. */
+  get started(): boolean {
+    return this.conn !== null || this.connecting !== null;
+  }
+
+  /** The open connection, if there is one (and no pooler was seen); keeps it from idling out. */
+  live(): Conn | null {
+    const c = this.conn;
+    if (!c || c.closed || this.pooled) return null;
+    this.idleSince = performance.now(); // in use: the idle timer, if armed, waits on
+    return c;
+  }
+
+  /** The connection, taken from the pool when there is none. */
+  get(): Promise<Conn> {
+    if (this.idle) clearTimeout(this.idle);
+    this.idle = null;
+    if (this.pooled) return Promise.reject(this.pooled);
+    if (this.conn && !this.conn.closed) return Promise.resolve(this.conn);
+    this.connecting ??= this.open().finally(() => (this.connecting = null));
+    return this.connecting;
+  }
+
+  private async open(): Promise<Conn> {
+    try {
+      const { conn, pid } = await openSession(this.host.db, this.host.timeoutMs, this.host.closed);
+      this.conn = conn;
+      this.host.opened(conn, pid);
+      return conn;
+    } catch (e) {
+      if (e instanceof TransactionPoolerError) this.pooled = e;
+      throw e;
+    }
+  }
+
+  /** Nothing held, nothing in flight: give the connections back after IDLE_MS. */
+  maybeIdle(): void {
+    if (this.host.busy()) return;
+    if (!this.conn && !this.host.hasSpares()) return;
+    // one timer for a run of uses (not one per release): it re-arms for what is left of IDLE_MS
+    this.idleSince = performance.now();
+    if (!this.idle) this.armIdle(IDLE_MS);
+  }
+
+  private armIdle(ms: number): void {
+    this.idle = setTimeout(() => {
+      this.idle = null;
+      if (this.host.busy()) return;
+      const left = this.idleSince + IDLE_MS - performance.now();
+      if (left > 1) this.armIdle(left);
+      else this.host.idleOut();
+    }, ms);
+    this.idle.unref();
+  }
+
+  /** The connection ended (nothing to give back). */
+  ended(conn: Conn): void {
+    if (this.conn === conn) this.conn = null;
+  }
+
+  /** Takes the connection out (to give it back): none from now on, until the next `get`. */
+  take(): Conn | null {
+    if (this.idle) clearTimeout(this.idle);
+    this.idle = null;
+    const conn = this.conn;
+    this.conn = null;
+    return conn;
+  }
+}

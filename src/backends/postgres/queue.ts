@@ -1,0 +1,293 @@
+/**
+ * Waiting in the server's own lock queue (session.ts's waits). A caller waiting for a lock waits
+ * in a blocking `pg_advisory_lock` on a second connection of its backend (a waiter connection,
+ * kept for the next wait). Postgres queues lock requests in arrival order, refuses
+ * `pg_try_advisory_lock` while anyone waits, and on release grants the lock to the head alone and
+ * wakes only it: a fair queue with one wake-up per handoff and no NOTIFY. The grant waits here
+ * until the caller's next attempt claims it.
+ */
+import { cancel, after, type Timed } from '../../deadlines.js';
+import { Sleep } from '../../wait.js';
+import { ClosedError } from '../../errors.js';
+import { timed, type Conn, type Db, type Row } from './client.js';
+import { lockParts } from './keys.js';
+import { remember, resetAndRelease, sqlState } from './connect.js';
+import type { Statements } from './sql.js';
+
+/** A key waited for within this long goes straight into the server's queue on the next acquire. */
+const CONTENDED_MS = 2_000;
+/** A grant from the server's queue that nobody claims within this is let go. */
+const CLAIM_MS = 2_000;
+/** lock_timeout of a queued wait: a safety net (a caller that gives up leaves at once). */
+const WAIT_MS = 600_000;
+/** How long a refused attempt looks for its wait in pg_locks (its place in the queue). */
+const ENQUEUE_MS = 1_000;
+/** Waiter connections (server-side waits) one backend uses at once; more waits poll on NOTIFY. */
+const MAX_WAITERS = 8;
+
+/** One caller's place in the server's queue for a key. */
+export interface Wait {
+  readonly key: string;
+  readonly token: string;
+  readonly lockKey: string;
+  conn: Conn | null;
+  state: 'waiting' | 'granted' | 'ended';
+  fence: bigint;
+  /** The caller's pause on this wait (`waitForChange`), woken when it is over. */
+  sleeper: QueueSleep | null;
+  /** Lets go of a grant nobody claimed. */
+  claimTimer: Timed | null;
+  /** True once the statement is in the server's queue (seen in pg_locks) or answered. */
+  queued: boolean;
+}
+
+/** What the queue needs from its backend. */
+export interface QueueHost {
+  readonly db: Db;
+  readonly sql: Statements;
+  readonly timeoutMs: number;
+  /** The server pid of each connection (written here for waiter connections). */
+  readonly pids: WeakMap<Conn, number>;
+  closed(): boolean;
+  /** The dedicated session connection (waits are looked for in pg_locks on it), or null. */
+  session(): Conn | null;
+  epochOf(conn: Conn): Promise<{ epoch: string; started: string }>;
+  /** The answer of a lock statement (a fence, 'held' or `w<ms>`); throws for a moved session. */
+  checkRow(conn: Conn, row: Row | undefined): string;
+  /** True while a lease of the backend is held on `conn`. */
+  holdsOn(conn: Conn): boolean;
+  /** A waiter connection closed or errored. */
+  ended(conn: Conn, cause: unknown): void;
+  /** Lets go of the lock of a granted wait nobody claimed. */
+  letGo(w: Wait): void;
+  /** A wait met a runExclusive window with `ms` left. */
+  window(key: string, ms: number): void;
+  maybeIdle(): void;
+  track(p: Promise<unknown>): void;
+}
+
+export class ServerQueue {
+  /** Waits by key (one per key: the engine serialises a key). */
+  private readonly waits = new Map<string, Wait>();
+  /** Waiter connections with nothing on them, ready for the next wait. */
+  private readonly spares: Conn[] = [];
+  /** Keys this backend had to wait for lately (when): their next waiting acquire queues at once. */
+  private readonly contended = new Map<string, number>();
+  /** Grants out of the server's queue (diagnostics). */
+  grants = 0;
+
+  constructor(private readonly host: QueueHost) {}
+
+  get(key: string): Wait | undefined {
+    return this.waits.get(key);
+  }
+
+  get size(): number {
+    return this.waits.size;
+  }
+
+  get spareCount(): number {
+    return this.spares.length;
+  }
+
+  /** A key this backend waited for lately: its next waiting acquire goes straight into the queue. */
+  contendedLately(key: string): boolean {
+    return (this.contended.get(key) ?? -Infinity) > performance.now() - CONTENDED_MS;
+  }
+
+  markContended(key: string): void {
+    remember(this.contended, key, performance.now());
+  }
+
+  /**
+   * Joins the server's queue for `key` on a waiter connection and returns once the wait is seen
+   * in pg_locks (or already answered); null when no waiter connection can be had (then the caller
+   * polls on NOTIFY as before).
+   */
+  async enqueue(key: string, token: string, lockKey: string, confirm: boolean): Promise<Wait | null> {
+    const host = this.host;
+    if (this.waits.size >= MAX_WAITERS) return null;
+    let conn: Conn;
+    try {
+      conn = await this.waiterConn();
+    } catch {
+      return null;
+    }
+    if (host.closed()) {
+      this.spareBack(conn);
+      return null;
+    }
+    const w: Wait = {
+      key,
+      token,
+      lockKey,
+      conn,
+      state: 'waiting',
+      fence: 0n,
+      sleeper: null,
+      claimTimer: null,
+      queued: false,
+    };
+    this.waits.set(key, w);
+    host.track(this.runWait(w, conn));
+    // wait until the server has it queued: a later refusal (of anyone) queues behind it
+    const { classid, objid } = lockParts(BigInt(lockKey));
+    const pid = String(host.pids.get(conn));
+    const until = performance.now() + ENQUEUE_MS;
+    const session = host.session();
+    while (confirm && !w.queued && w.state === 'waiting' && session && !session.closed && performance.now() < until) {
+      try {
+        const rows = await timed(session.prepared(host.sql.waiting, [pid, classid, objid]), host.timeoutMs, 'queue');
+        if (rows.length > 0) w.queued = true;
+      } catch {
+        break;
+      }
+    }
+    return w.state === 'ended' ? null : w;
+  }
+
+  /** The blocking statement of one wait; its answer settles the wait. */
+  private async runWait(w: Wait, conn: Conn): Promise<void> {
+    const host = this.host;
+    let spare = false;
+    try {
+      const ep = await host.epochOf(conn);
+      const params = [w.lockKey, w.key, String(host.pids.get(conn)), ep.started, ep.epoch, String(WAIT_MS)];
+      const row = (await conn.prepared(host.sql.waitLock, params))[0];
+      w.queued = true;
+      if (w.state !== 'waiting') {
+        // cancelled while the answer was on its way: whatever it got goes with the connection
+        if (!conn.closed) conn.destroy(new Error('leasehold: wait cancelled'));
+        return;
+      }
+      const r = host.checkRow(conn, row);
+      if (r !== 'held' && r.charCodeAt(0) !== 119) {
+        w.state = 'granted';
+        w.fence = BigInt(r);
+        this.grants++;
+        this.markContended(w.key);
+        w.claimTimer = after(CLAIM_MS, () => this.cancel(w));
+        return;
+      }
+      if (r !== 'held') host.window(w.key, Number(r.slice(1)));
+      spare = true;
+    } catch (e) {
+      // lock_timeout (55P03) leaves a healthy connection; anything else ends it
+      if (sqlState(e) === '55P03' && !conn.closed) spare = true;
+      else if (!conn.closed) conn.destroy(e);
+    } finally {
+      if (w.state !== 'granted') {
+        w.state = 'ended';
+        if (this.waits.get(w.key) === w) this.waits.delete(w.key);
+        if (spare) this.spareBack(conn);
+      }
+      w.sleeper?.done();
+    }
+  }
+
+  /** A granted wait ends: its lock (on `w.conn`, with `w.fence`) is its caller's from now on. */
+  take(w: Wait): void {
+    if (w.claimTimer) cancel(w.claimTimer);
+    w.claimTimer = null;
+    w.state = 'ended';
+    if (this.waits.get(w.key) === w) this.waits.delete(w.key);
+  }
+
+  /** Ends a wait: out of the queue (its connection is dropped), or its unclaimed grant let go. */
+  cancel(w: Wait): void {
+    if (this.waits.get(w.key) === w) this.waits.delete(w.key);
+    if (w.claimTimer) cancel(w.claimTimer);
+    w.claimTimer = null;
+    const was = w.state;
+    w.state = 'ended';
+    const conn = w.conn;
+    if (conn && was === 'granted') {
+      this.host.letGo(w);
+    } else if (conn && was === 'waiting') {
+      // the server drops a wait whose client is gone (client_connection_check_interval), or
+      // lets go at once of a lock it grants to one
+      conn.destroy(new Error('leasehold: wait cancelled'));
+    }
+    w.sleeper?.done();
+  }
+
+  /** Ends every wait (the backend closes). */
+  cancelAll(): void {
+    for (const w of [...this.waits.values()]) this.cancel(w);
+  }
+
+  /**
+   * The caller's pause on its wait: woken by the grant alone (or when the wait ends); one
+   * object, on the engine's shared timer (this is on the path of every contended handoff).
+   */
+  sleep(w: Wait, signal: AbortSignal, maxMs: number): Promise<void> {
+    if (w.state !== 'waiting' || signal.aborted) return Promise.resolve();
+    return new Promise<void>((resolve) => {
+      w.sleeper?.done();
+      const s = new QueueSleep(w, signal, resolve);
+      w.sleeper = s;
+      s.start(Math.max(0, maxMs));
+    });
+  }
+
+  /** A waiter connection: a spare one, or a new one from the pool (its pid read, the checks set). */
+  private async waiterConn(): Promise<Conn> {
+    const host = this.host;
+    for (let c = this.spares.pop(); c; c = this.spares.pop()) if (!c.closed) return c;
+    const conn = await host.db.reserve(Math.min(host.timeoutMs, 1_000));
+    try {
+      const row = (await timed(conn.query(host.sql.waiterSetup), host.timeoutMs, 'connect'))[0];
+      host.pids.set(conn, Number(row?.pid));
+    } catch (e) {
+      conn.destroy(e);
+      throw e;
+    }
+    if (host.closed()) {
+      conn.destroy(new ClosedError('postgres: backend closed'));
+      throw new ClosedError('postgres: backend closed');
+    }
+    conn.onClose((cause) => host.ended(conn, cause));
+    return conn;
+  }
+
+  /** A waiter connection with no wait and no lock on it: kept for the next wait (or given back). */
+  spareBack(conn: Conn): void {
+    const host = this.host;
+    if (conn.closed || conn === host.session() || host.holdsOn(conn)) return;
+    for (const w of this.waits.values()) if (w.conn === conn) return;
+    if (host.closed() || this.spares.length >= 1) {
+      host.track(resetAndRelease(conn, host.sql, host.timeoutMs));
+      return;
+    }
+    if (!this.spares.includes(conn)) this.spares.push(conn);
+    host.maybeIdle();
+  }
+
+  /** A connection that ended is no spare any more. */
+  forget(conn: Conn): void {
+    const at = this.spares.indexOf(conn);
+    if (at >= 0) this.spares.splice(at, 1);
+  }
+
+  /** Takes every spare connection (to give them back). */
+  takeSpares(): Conn[] {
+    return this.spares.splice(0);
+  }
+}
+
+/** A caller's pause on its wait in the server's queue: over, its bound, or its abort. */
+class QueueSleep extends Sleep {
+  constructor(
+    private readonly w: Wait,
+    signal: AbortSignal,
+    resolve: () => void,
+  ) {
+    super(signal, resolve);
+  }
+
+  protected detach(): boolean {
+    if (this.w.sleeper !== this) return false;
+    this.w.sleeper = null;
+    return true;
+  }
+}
