@@ -18,11 +18,20 @@ export interface ScaleSpec {
   windowMs: number;
   ttlMs: number;
   port: number;
+  /**
+   * The control of a leasehold row: the same leases held in the same way (same objects in the
+   * heap, same keys in Redis) with a TTL far beyond the window and no renewal, so that nothing
+   * is sent during it. Its CPU is what holding `n` leases costs a process and a Redis server at
+   * rest; the row's CPU minus its control's is what renewing them costs.
+   */
+  control?: boolean;
 }
 
 export interface ScaleResult {
   lib: ScaleSpec['lib'];
   n: number;
+  /** the control row (held without renewal): see ScaleSpec.control */
+  control?: boolean;
   ttlMs: number;
   /** the library's renewal period for these leases, ms */
   renewEveryMs: number;
@@ -144,6 +153,7 @@ async function runCluster(spec: ScaleSpec): Promise<ScaleResult> {
   return {
     lib: spec.lib,
     n: spec.n,
+    ...(spec.control ? { control: true } : {}),
     ttlMs: spec.ttlMs,
     renewEveryMs,
     acquireAllMs: Math.round(acquireAllMs),
@@ -221,7 +231,10 @@ async function run(spec: ScaleSpec): Promise<ScaleResult> {
         return renewSessions(ids);
       };
     }
-    const locks = createLocks(backend, { ttl: spec.ttlMs });
+    // the control: a TTL 20 × the window, nothing renewed (its "renewal period" is the row's)
+    const locks = spec.control
+      ? createLocks(backend, { ttl: spec.windowMs * 20, renew: false })
+      : createLocks(backend, { ttl: spec.ttlMs });
     renewEveryMs = Math.floor(spec.ttlMs / 3);
     const leases: Lease[] = new Array<Lease>(spec.n);
     await pool(spec.n, 256, async (i) => {
@@ -286,6 +299,7 @@ async function run(spec: ScaleSpec): Promise<ScaleResult> {
   return {
     lib: spec.lib,
     n: spec.n,
+    ...(spec.control ? { control: true } : {}),
     ttlMs: spec.ttlMs,
     renewEveryMs,
     acquireAllMs: Math.round(acquireAllMs),

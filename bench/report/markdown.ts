@@ -159,7 +159,8 @@ export function markdown(r: Results, chartFile: string): string {
       L.push(
         row([
           (x.nodes ? `${x.lib} (${x.nodes} masters; round trips per node)` : x.lib) +
-            (x.n !== s.n ? ` (${x.n} leases)` : ''),
+            (x.n !== s.n ? ` (${x.n} leases)` : '') +
+            (x.control ? ', held without renewal (control)' : ''),
           `${x.renewEveryMs} ms`,
           x.redisCommandsPerSec,
           x.renewalsPerSec,
@@ -175,14 +176,25 @@ export function markdown(r: Results, chartFile: string): string {
     for (const f of s.failures) L.push(`- ${f.lib} failed: ${f.error}`);
     L.push('');
     const peer = s.results.find((x) => x.lib === 'redis-semaphore');
-    for (const x of s.results.filter((y) => y.lib === 'leasehold-session')) {
-      if (!peer) break;
+    for (const x of s.results.filter((y) => y.lib === 'leasehold-session' && !y.control)) {
       const q = (a: number, b: number) => (b > 0 ? `${(a / b).toFixed(2)}×` : 'n/a');
-      L.push(
-        `- leasehold-session, ${x.n} leases: client CPU ${q(x.clientCpuPct, peer.clientCpuPct)} and Redis CPU ` +
-          `${q(x.redisCpuPct, peer.redisCpuPct)} redis-semaphore's at ${peer.n} (goal ≤ 0.2×), ` +
-          `${x.roundTripsPerTick} round trips per tick, ${x.lost} lost`,
-      );
+      if (peer) {
+        L.push(
+          `- leasehold-session, ${x.n} leases: client CPU ${q(x.clientCpuPct, peer.clientCpuPct)} and Redis CPU ` +
+            `${q(x.redisCpuPct, peer.redisCpuPct)} redis-semaphore's at ${peer.n} (goal ≤ 0.2×), ` +
+            `${x.roundTripsPerTick} round trips per tick, ${x.lost} lost`,
+        );
+      }
+      // what renewing costs: the row minus its control (the same leases held, nothing sent)
+      const c = s.results.find((y) => y.lib === x.lib && y.control && y.n === x.n);
+      if (c) {
+        const d = (a: number, b: number) => Math.round((a - b) * 1000) / 1000;
+        L.push(
+          `- leasehold-session, ${x.n} leases, renewing them (the row minus its control): client CPU ` +
+            `${d(x.clientCpuPct, c.clientCpuPct)} %, Redis CPU ${d(x.redisCpuPct, c.redisCpuPct)} % ` +
+            `(holding them at rest: ${c.clientCpuPct} % and ${c.redisCpuPct} %)`,
+        );
+      }
     }
     L.push('');
     L.push('Redis commands/s counts the commands run inside scripts too (Redis 7 `total_commands_processed`).');

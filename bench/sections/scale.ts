@@ -89,18 +89,25 @@ export async function scale(ctx: Ctx): Promise<ScaleSection> {
         ctx.log(`  failed: ${errText(e)}`);
       }
     }
-    // session renewal (issue #17): the same n, and 10 × n, which must cost no more
-    for (const m of [n, 10 * n]) {
-      ctx.log(`leasehold-session: ${m} leases, ttl ${ttlMs}ms, window ${windowMs}ms`);
+    // session renewal (issue #17): the same n, and 10 × n, which must cost no more; each with its
+    // control (the same leases held without renewal: what holding them costs at rest), not in --quick
+    const sessionRuns = [n, 10 * n].flatMap((m) =>
+      ctx.quick ? [{ m, control: false }] : [false, true].map((control) => ({ m, control })),
+    );
+    for (const { m, control } of sessionRuns) {
+      ctx.log(
+        `leasehold-session${control ? ' (control: held, not renewed)' : ''}: ${m} leases, ttl ${ttlMs}ms, window ${windowMs}ms`,
+      );
       try {
-        const r = await runChild({ lib: 'leasehold-session', n: m, windowMs, ttlMs, port }, windowMs + 180_000);
+        const spec = { lib: 'leasehold-session' as const, n: m, windowMs, ttlMs, port, control };
+        const r = await runChild(spec, windowMs + 180_000);
         out.results.push(r);
         ctx.log(
           `  ${r.redisCommandsPerSec} cmd/s, ${r.roundTripsPerTick} round trips/tick, client CPU ${r.clientCpuPct}%, ` +
             `Redis CPU ${r.redisCpuPct}%, heap ${r.heapHeldMB} MB, lost ${r.lost}`,
         );
       } catch (e) {
-        out.failures.push({ lib: `leasehold-session (${m})`, error: errText(e) });
+        out.failures.push({ lib: `leasehold-session (${m}${control ? ', control' : ''})`, error: errText(e) });
         ctx.log(`  failed: ${errText(e)}`);
       }
     }
