@@ -4,7 +4,8 @@
  */
 import { InvalidArgumentError, StaleFenceError } from '../../errors.js';
 import { checkKey, checkString } from '../../validate.js';
-import { adapt, script, type RedisClientLike } from './client.js';
+import { adapt } from './adapt.js';
+import { script, type RedisClientLike } from './client.js';
 
 /** KEYS value highest; ARGV value fence → {1, fence} accepted | {0, highest} stale */
 const FENCED_SET = script(`

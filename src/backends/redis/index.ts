@@ -22,7 +22,8 @@ import { BackendError, InvalidArgumentError } from '../../errors.js';
 import { driftMs } from '../../lease.js';
 import { checkBoolean, checkOptions } from '../../validate.js';
 import { now } from '../../wait.js';
-import { adapt, type RedisAdapter, type RedisClientLike, type ScriptCall } from './client.js';
+import { adapt } from './adapt.js';
+import type { RedisAdapter, RedisClientLike, ScriptCall } from './client.js';
 import {
   ACQUIRE,
   EXTEND_MANY,
@@ -40,8 +41,8 @@ import { Watchers } from './watch.js';
 import { clusterExtend, renewalCalls, spreadFlags } from './cluster.js';
 
 export { fencedSet, fenceKeyOf, resourceKeyOf } from './fenced.js';
+export { adapt } from './adapt.js';
 export {
-  adapt,
   script,
   type IoredisLike,
   type NodeRedisLike,

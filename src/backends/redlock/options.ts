@@ -3,7 +3,8 @@ import { type Duration, toMs } from '../../duration.js';
 import { InvalidArgumentError } from '../../errors.js';
 import { redactUrl } from '../../scrub.js';
 import { checkOptions } from '../../validate.js';
-import { adapt, type RedisAdapter } from '../redis/client.js';
+import { adapt } from '../redis/adapt.js';
+import type { RedisAdapter } from '../redis/client.js';
 
 export interface RedlockOptions {
   /** Clock drift allowed per ms of TTL (default 0.01): validity = ttl − elapsed − drift. */

@@ -5,7 +5,8 @@
  */
 import { type Duration, toMs } from '../../duration.js';
 import { BackendError, InvalidArgumentError } from '../../errors.js';
-import { adapt, script } from '../redis/client.js';
+import { adapt } from '../redis/adapt.js';
+import { script } from '../redis/client.js';
 
 /** ARGV: cursor, match, count → {cursor, keys, values} (value '' for a key that is not a string). */
 const SCAN_FENCES = script(`
