@@ -10,7 +10,6 @@
 import type { LockInfo } from '../../backend.js';
 import {
   CONNECTION_LOSS,
-  EPHEMERAL_SEQUENTIAL,
   NO_NODE,
   NODE_EXISTS,
   BAD_VERSION,
@@ -20,7 +19,8 @@ import {
   zkCode,
   type ZkSession,
 } from './client.js';
-import { decodeData, digestOf, encodeData, lockNodes, LOCK_MARK, WINDOW, type Paths } from './paths.js';
+import { decodeData, digestOf, encodeData, lockNodes, WINDOW, type Paths } from './paths.js';
+import { ignore, missing, ProtectedCreates } from './protected.js';
 
 /** One node of ours: a waiter's place, or a held lock. */
 export interface Mine {
@@ -55,29 +55,22 @@ export interface Window {
 /** How long an emptied key directory stays before it is removed. */
 const LINGER_MS = 1000;
 
-const missing = (e: unknown) => zkCode(e) === NO_NODE;
-const ignore =
-  (...codes: number[]) =>
-  (e: unknown) => {
-    if (!codes.includes(zkCode(e))) throw e;
-  };
-
 export class Mutex {
   /** Our nodes by token. */
   readonly nodes = new Map<string, Mine>();
   /** Key directories to remove once they stayed empty for LINGER_MS. */
   private readonly cleanups = new Map<string, NodeJS.Timeout>();
-  /** Protection ids of creates whose outcome is unknown (digest → directory). */
-  private readonly suspects = new Map<string, string>();
-  /** Protection ids with a create in flight. */
-  private readonly inflight = new Set<string>();
+  /** Our creates, found again after a lost reply (protection ids). */
+  private readonly creates: ProtectedCreates;
   /** Predecessor watches in place (one per path; ZooKeeper watches fire once). */
   private readonly armed = new Map<string, Set<() => void>>();
 
   constructor(
     private readonly zk: ZkSession,
     private readonly paths: Paths,
-  ) {}
+  ) {
+    this.creates = new ProtectedCreates(zk);
+  }
 
   /** Drops every watch (the session that set them is gone). */
   forgetWatches(): void {
@@ -103,80 +96,13 @@ export class Mutex {
     this.zk.remove(`${dir}/${WINDOW}`, w.version).catch(() => {});
   }
 
-  /**
-   * Creates our node (its parents when missing). A create whose reply was lost is looked for by
-   * its protection id once connected again, and reused; while its outcome is unknown the
-   * protection id stays a suspect, which `sweep()` deletes unless an attempt adopts it.
-   */
-  private async create(dir: string, digest: string, value: string | undefined): Promise<string> {
-    const data = encodeData(value === undefined ? { d: digest } : { d: digest, v: value });
-    this.inflight.add(digest);
-    this.suspects.set(digest, dir);
-    try {
-      for (let i = 0; ; i++) {
-        try {
-          const path = await this.zk.create(`${dir}/${digest}${LOCK_MARK}`, data, EPHEMERAL_SEQUENTIAL);
-          this.suspects.delete(digest);
-          return path;
-        } catch (e) {
-          const code = zkCode(e);
-          if (code === NO_NODE && i < 8) {
-            await this.zk.mkdirp(dir); // the directory was never made, or removed when it emptied
-            continue;
-          }
-          if (code !== CONNECTION_LOSS) {
-            this.suspects.delete(digest); // refused: nothing was created (or its session is gone)
-            throw e;
-          }
-          if (i >= 8) throw e;
-          // the create may have happened: find it by its protection id once connected again
-          await this.zk.whenConnected();
-          const found = await this.findOurs(dir, digest);
-          if (found) {
-            this.suspects.delete(digest);
-            return `${dir}/${found}`;
-          }
-        }
-      }
-    } finally {
-      this.inflight.delete(digest);
-    }
-  }
-
-  /**
-   * Deletes the nodes of creates whose outcome was never learned (a lost reply, then the caller
-   * gave up): no orphan stays in line to block the key while our session lives.
-   */
-  async sweep(): Promise<void> {
-    for (const [digest, dir] of [...this.suspects]) {
-      if (this.inflight.has(digest)) continue;
-      const adopted = [...this.nodes.values()].find((m) => m.digest === digest);
-      try {
-        const { children } = await this.zk.getChildren(dir);
-        for (const n of lockNodes(children)) {
-          if (n.digest !== digest || this.inflight.has(digest)) continue;
-          if (adopted && adopted.name === n.name) continue;
-          await this.zk.remove(`${dir}/${n.name}`).catch(ignore(NO_NODE));
-        }
-        this.suspects.delete(digest);
-      } catch (e) {
-        if (missing(e)) this.suspects.delete(digest);
-      }
-    }
+  /** Deletes the nodes of creates whose outcome was never learned (see ProtectedCreates.sweep). */
+  sweep(): Promise<void> {
+    return this.creates.sweep((digest) => [...this.nodes.values()].find((m) => m.digest === digest)?.name);
   }
 
   get hasSuspects(): boolean {
-    return this.suspects.size > 0;
-  }
-
-  private async findOurs(dir: string, digest: string): Promise<string | null> {
-    try {
-      const { children } = await this.zk.getChildren(dir);
-      return lockNodes(children).find((n) => n.digest === digest)?.name ?? null;
-    } catch (e) {
-      if (missing(e)) return null;
-      throw e;
-    }
+    return this.creates.hasSuspects;
   }
 
   /**
@@ -210,11 +136,8 @@ export class Mutex {
     }
     if (!mine) {
       const digest = digestOf(token);
-      // an earlier attempt of this token lost its create's reply: its node is ours to reuse
-      const earlier =
-        this.suspects.get(digest) === dir && !this.inflight.has(digest) ? await this.findOurs(dir, digest) : null;
-      const path = earlier ? `${dir}/${earlier}` : await this.create(dir, digest, value);
-      if (earlier) this.suspects.delete(digest);
+      // an earlier attempt of this token that lost its create's reply left a node ours to reuse
+      const path = await this.creates.node(dir, digest, value);
       const session = this.zk.session; // a reply comes on the session that made the node
       const name = path.slice(dir.length + 1);
       mine = {
