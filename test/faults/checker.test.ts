@@ -183,4 +183,25 @@ describe('faults checker', () => {
       'overlap-valid',
     );
   });
+
+  test('a fault that lasted a span (two Sentinel masters) excuses grants anywhere in it, and nothing outside it', () => {
+    // p0 granted at 40 (on the old master), p1 at 120 (on the new one); the old master was
+    // replaced at `sinceT` and turned into a replica at 300, when the span was recorded
+    const at = (sinceT: number, t = 300) =>
+      sorted([
+        ...cycle(0, '1', 40, 80, 800),
+        ...cycle(1, '2', 120, 160, 170),
+        ev(t, -1, 'info', 'sentinel-convert-to-replica', undefined, { port: 7311, mayBreakLocks: true, sinceT }),
+      ]);
+    const run = (h: ReturnType<typeof at>) =>
+      check(h, chain(['1', '0.1'], ['2', '1.2']), 2, opts({ overlaps: 'expected' }));
+    for (const sinceT of [20, 60, 120]) {
+      const v = run(at(sinceT));
+      expect(v.violations, `since ${sinceT}`).toEqual([]);
+      expect(v.counts.overlapsExcused).toBe(1);
+    }
+    // the span began after both grants, or ended before the first: it explains nothing
+    expect(checks(run(at(130)))).toContain('overlap-valid');
+    expect(checks(run(at(10, 30)))).toContain('overlap-valid');
+  });
 });

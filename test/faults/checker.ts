@@ -18,7 +18,9 @@
  *                   overlaps another hold's valid part. Excused only by a fault that destroys locks
  *                   on the server (a session ended by pg_terminate_backend, a restart without
  *                   persistence: `losesLocks`) or may break them (a Redlock minority restarted
- *                   empty: `mayBreakLocks`, no signal due) between the two grants; a fault aimed
+ *                   empty: `mayBreakLocks`, no signal due) between the two grants (or one that
+ *                   lasted a span, `sinceT` to its record, that reaches from before the second
+ *                   grant to after the first: two Sentinel masters at once); a fault aimed
  *                   at the first holder's process (pg_terminate_backend of the sessions holding
  *                   the key) counts from its acquire's invoke when that hold was signalled lost:
  *                   the server holds a grant before its answer reaches the client, and the
@@ -204,8 +206,11 @@ export function check(
     const targets = e.value?.targets;
     return !Array.isArray(targets) || targets.includes(h.p);
   };
+  // a fault with `sinceT` lasted from then until it was recorded (two Sentinel masters taking
+  // writes until the old one was turned into a replica): it excuses two grants anywhere in it
+  const since = (e: Ev) => (typeof e.value?.sinceT === 'number' ? e.value.sinceT : e.t);
   const destroyedBetween = (h: Hold, b: number) =>
-    breakers.some((e) => e.t > hitFrom(h, e) && e.t <= b && aimedAt(h, e));
+    breakers.some((e) => e.t > hitFrom(h, e) && since(e) <= b && aimedAt(h, e));
   const counts: Counts = {
     acquisitions: holds.length,
     acquireFailures: history.filter((e) => e.f === 'acquire' && e.type === 'fail').length,

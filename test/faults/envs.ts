@@ -57,6 +57,11 @@ export interface Env {
    * does; `before` runs just before the revoke is sent (the fault is recorded before it can act).
    */
   revokeHolder?(fullKey: string, before: () => void): Promise<boolean>;
+  /**
+   * Sentinel: records what the servers do on their own while a scenario runs (a failover the
+   * harness did not cause); resolves once watching, to a function that stops it.
+   */
+  watch?(record: (f: string, value?: Record<string, unknown>) => void, now: () => number): Promise<() => Promise<void>>;
   /** Every server running, every proxy passing. */
   heal(): Promise<void>;
   close(): Promise<void>;
@@ -238,6 +243,7 @@ export async function openEnv(backend: BackendName): Promise<Env> {
         proxies,
         endpoints: { ports: SENTINELS.map((s) => s.port) },
         resource: redisResource,
+        watch: async (record, now) => (await import('./sentinel-watch.js')).watchSentinels(record, now),
         heal: () => healed('sentinel'),
         close,
       };

@@ -249,6 +249,13 @@ export class Harness {
     };
 
     this.log(`${backend}/${scenario.name}: ${o.workers} workers, ${o.durationMs}ms, ttl ${o.ttlMs}ms, seed ${o.seed}`);
+    // what the servers do on their own (a Sentinel's failover) goes into the history as well
+    const unwatch = await env
+      .watch?.(record, () => rel(clock()))
+      .catch((e: Error) => {
+        errors.push(`watch: ${e.message}`);
+        return undefined;
+      });
     try {
       for (let i = 0; i < o.workers; i++) start(await this.pool.take());
       if (scenario.kills) this.pool.warm(1); // a spare, so a killed worker's replacement starts at once
@@ -287,6 +294,7 @@ export class Harness {
       this.pool.give(m.w);
     });
     await Promise.all(halting);
+    await unwatch?.();
     const endT = rel(clock());
     history.sort((a, b) => a.t - b.t);
     let verdict: Verdict | undefined;

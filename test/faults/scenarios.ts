@@ -429,6 +429,26 @@ export const SCENARIOS: readonly Scenario[] = [
       }
     },
   },
+  {
+    name: 'master-pause',
+    backends: ['sentinel'],
+    overlaps: 'expected',
+    about:
+      'SIGSTOP the master (a stall: swap, a slow fork) while a holder is in its gap, until the Sentinels have ' +
+      'promoted its replica, then SIGCONT: the old master comes back with its locks and its clients, two masters ' +
+      'take writes until a Sentinel turns the old one into a replica (dropping its data and its clients). The ' +
+      'harness records only the pause; the failover and the conversion come from watching the Sentinels',
+    async run(ctx) {
+      const { pauseMaster } = await import('../support/failover.js');
+      await new Promise((r) => setTimeout(r, between(ctx, ctx.ttlMs, ctx.ttlMs * 3)));
+      await ctx.waitGap(ctx.ttlMs * 2);
+      // not a fault that breaks locks by itself: a paused master keeps them
+      ctx.record('master-stop', { fault: true });
+      const { from, to } = await pauseMaster();
+      ctx.record('master-cont', { port: from, promoted: to });
+      await ctx.env.heal(); // until the old master is a replica, in sync, and every Sentinel agrees
+    },
+  },
 ];
 
 export function scenariosFor(backend: BackendName, opts: { torture?: boolean; only?: string[] } = {}): Scenario[] {

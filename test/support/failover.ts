@@ -13,12 +13,27 @@ const run = promisify(execFile);
 const ROOT = join(import.meta.dirname, '..', '..');
 const STATE = process.env.LEASEHOLD_SERVICES_DIR ?? `/var/tmp/leasehold-services-${process.getuid?.() ?? 0}`;
 
-/** SIGKILLs the redis-server on `port` that services.sh started; throws if it did not start it. */
-export function killNode(port: number): void {
+/** The pid of the redis-server on `port` that services.sh started; throws if it did not start it. */
+export function nodePid(port: number): number {
   const pid = Number(readFileSync(join(STATE, `redis-${port}.pid`), 'utf8').trim());
   const cmd = readFileSync(`/proc/${pid}/cmdline`, 'utf8').replace(/\0/g, ' ');
   if (!cmd.includes(`:${port}`)) throw new Error(`pid ${pid} is not the redis-server on ${port}`);
-  process.kill(pid, 'SIGKILL');
+  return pid;
+}
+
+/** Whether the redis-server that services.sh started on `port` is running (a stopped one is). */
+export function nodeRunning(port: number): boolean {
+  try {
+    nodePid(port);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/** SIGKILLs the redis-server on `port` that services.sh started; throws if it did not start it. */
+export function killNode(port: number): void {
+  process.kill(nodePid(port), 'SIGKILL');
 }
 
 /** Starts what is down of `service` again (the killed node rejoins as a replica). */
@@ -112,13 +127,34 @@ export async function sentinelMasterPort(): Promise<number> {
 export async function failover(): Promise<{ from: number; to: number }> {
   const from = await sentinelMasterPort();
   killNode(from);
-  const to = await until('promotion', async () => {
+  return { from, to: await promotedFrom(from) };
+}
+
+/** Sentinel: waits until a node other than `from` is named master and says it is one. */
+async function promotedFrom(from: number): Promise<number> {
+  return until('promotion', async () => {
     const p = await sentinelMasterPort();
     if (p === from) return undefined;
     const role = await onNode(p, (r) => r.role());
     return (role as unknown[])[0] === 'master' ? p : undefined;
   });
-  return { from, to };
+}
+
+/**
+ * Sentinel: SIGSTOPs the current master until the Sentinels have promoted its replica, then lets
+ * it go on (SIGCONT, also when the promotion never came). It comes back as a master with its
+ * clients connected and its data whole: two masters, until a Sentinel turns it into a replica
+ * (some seconds later), which drops its data and its clients.
+ */
+export async function pauseMaster(): Promise<{ from: number; to: number }> {
+  const from = await sentinelMasterPort();
+  const pid = nodePid(from);
+  process.kill(pid, 'SIGSTOP');
+  try {
+    return { from, to: await promotedFrom(from) };
+  } finally {
+    process.kill(pid, 'SIGCONT');
+  }
 }
 
 /** Every node of the services' Redis Cluster (masters and replicas; scripts/services.d/cluster.sh). */
@@ -195,7 +231,11 @@ export async function clusterSettled(ms = 60_000): Promise<void> {
 
 /**
  * Sentinel: the master the Sentinels name is a master, every replica of it is online, and every
- * Sentinel names the same master. A replica still syncing could not take over if the master died.
+ * Sentinel names the same master and sees a replica it could promote (flags just `slave`, link to
+ * that master up). A replica still syncing could not take over if the master died; nor could one
+ * a Sentinel still counts as down from before its restart (it learns otherwise from its next
+ * INFO, up to 10 s later): a failover then waits for another election, and a lease with a 10 s
+ * ttl lapsed meanwhile (node-redis test, once the replica synced at once).
  */
 export async function sentinelSettled(ms = 60_000): Promise<void> {
   const { SENTINELS, SENTINEL_MASTER } = await import('./sentinel.js');
@@ -213,6 +253,13 @@ export async function sentinelSettled(ms = 60_000): Promise<void> {
           string,
         ];
         if (Number(p) !== port) return undefined;
+        const seen = (await onNode(s.port, (r) => r.call('SENTINEL', 'REPLICAS', SENTINEL_MASTER))) as string[][];
+        const promotable = seen.some((fields) => {
+          const f = new Map<string, string>();
+          for (let i = 0; i + 1 < fields.length; i += 2) f.set(fields[i]!, fields[i + 1]!);
+          return f.get('flags') === 'slave' && f.get('master-link-status') === 'ok' && Number(f.get('master-port')) === port;
+        });
+        if (!promotable) return undefined;
       }
       return true;
     },
