@@ -257,7 +257,9 @@ export async function sentinelSettled(ms = 60_000): Promise<void> {
         const promotable = seen.some((fields) => {
           const f = new Map<string, string>();
           for (let i = 0; i + 1 < fields.length; i += 2) f.set(fields[i]!, fields[i + 1]!);
-          return f.get('flags') === 'slave' && f.get('master-link-status') === 'ok' && Number(f.get('master-port')) === port;
+          return (
+            f.get('flags') === 'slave' && f.get('master-link-status') === 'ok' && Number(f.get('master-port')) === port
+          );
         });
         if (!promotable) return undefined;
       }
