@@ -38,10 +38,7 @@ svc_sentinel_start() {
     # loaded it on a restart would bring back locks long gone (no persistence is meant)
     mkdir -p "$dir/$port"
     rm -f "$dir/$port/dump.rdb"
-    # a replica syncs as soon as it connects (the default waits 5 s for more replicas to share
-    # the transfer): until then it is empty, and a failover that picked it would lose every lock
     redis-server --daemonize yes --bind 127.0.0.1 --port "$port" --save "" --appendonly no \
-      --repl-diskless-sync-delay 0 \
       --dir "$dir/$port" --logfile "$dir/redis-$port.log" --pidfile "$STATE/redis-$port.pid" "${extra[@]}"
   done
   for port in $SENTINEL_DATA_PORTS; do wait_for "sentinel-data-$port" redis_up "$port"; done

@@ -233,9 +233,8 @@ export async function clusterSettled(ms = 60_000): Promise<void> {
  * Sentinel: the master the Sentinels name is a master, every replica of it is online, and every
  * Sentinel names the same master and sees a replica it could promote (flags just `slave`, link to
  * that master up). A replica still syncing could not take over if the master died; nor could one
- * a Sentinel still counts as down from before its restart (it learns otherwise from its next
- * INFO, up to 10 s later): a failover then waits for another election, and a lease with a 10 s
- * ttl lapsed meanwhile (node-redis test, once the replica synced at once).
+ * a Sentinel still counts as down from before its restart (it learns otherwise at its next
+ * ping or INFO).
  */
 export async function sentinelSettled(ms = 60_000): Promise<void> {
   const { SENTINELS, SENTINEL_MASTER } = await import('./sentinel.js');
