@@ -20,7 +20,7 @@ import { SENTINEL_MASTER, SENTINELS } from '../support/sentinel.js';
 
 export type Recorder = (f: string, value?: Record<string, unknown>) => void;
 
-/** Subscribes to every Sentinel's events; resolves once all are subscribed. The result stops it. */
+/** Subscribes to the events of every Sentinel that answers (one at least); the result stops it. */
 export async function watchSentinels(record: Recorder, now: () => number): Promise<() => Promise<void>> {
   const seen = new Map<string, number>(); // event + payload → when first seen (3 Sentinels tell alike)
   const open = new Map<number, number>(); // old master still running → when it was replaced
