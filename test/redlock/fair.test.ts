@@ -13,6 +13,7 @@ import { fileURLToPath } from 'node:url';
 import { afterAll, afterEach, beforeAll, describe, expect, test } from 'vitest';
 import type { RedisAdapter } from '../../src/backends/redis/client.js';
 import { redlock } from '../../src/backends/redlock/index.js';
+import { ACQUIRE } from '../../src/backends/redlock/scripts.js';
 import { PLACE_MS, REFRESH_MS, TURN_MS } from '../../src/backends/redlock/wakeups.js';
 import { createLocks, type Locks } from '../../src/index.js';
 import { type AnyClient, clients, closeClients, eventually, raw, requireShared, SHARED_PORTS } from './nodes.js';
@@ -49,7 +50,12 @@ async function instance() {
   const backend = redlock(cs);
   const internals = backend as unknown as {
     nodes: { adapter: RedisAdapter }[];
-    wakeups: { channel: string; skewMs: number; waits: { waiters: Map<string, Set<unknown>> } };
+    wakeups: {
+      channel: string;
+      skewMs: number;
+      waits: { waiters: Map<string, Set<unknown>> };
+      subscribe(): Promise<boolean>;
+    };
   };
   const deaf = { on: false, dropped: 0 };
   for (const { adapter } of internals.nodes) {
@@ -63,13 +69,26 @@ async function instance() {
         listener(ch, message);
       });
   }
+  // while `gate.held`, this backend's ACQUIRE calls wait before they are sent (a slow network,
+  // or a process descheduled between stamping its arrival and sending the attempt)
+  const gate = { held: false, open: () => {}, opened: Promise.resolve() };
+  gate.opened = new Promise<void>((r) => (gate.open = r));
+  for (const { adapter } of internals.nodes) {
+    const run = adapter.run.bind(adapter);
+    adapter.run = async (calls) => {
+      if (gate.held && calls.some((c) => c.script === ACQUIRE)) await gate.opened;
+      return run(calls);
+    };
+  }
   const locks = createLocks(backend, { prefix, ttl: '30s' });
   open.push(locks);
   /** Calls of this backend now asleep in a wait (subscribed: only a wake-up or the refresh ends it). */
   const sleeping = () => internals.wakeups.waits.waiters.size;
   /** Puts this host's wall clock `ms` off, as on a host without NTP. */
   const skew = (ms: number) => void (internals.wakeups.skewMs = ms);
-  return { locks, channel: internals.wakeups.channel, deaf, sleeping, skew };
+  /** Subscribes the wake channel now (else a first wait subscribes, then attempts again at once). */
+  const listen = async () => expect(await internals.wakeups.subscribe()).toBe(true);
+  return { locks, channel: internals.wakeups.channel, deaf, sleeping, skew, gate, listen };
 }
 
 /** Waiters registered for the key, in queue order, on every node. */
@@ -141,6 +160,47 @@ describe('redlock arrival-order fairness (5 nodes, ioredis)', () => {
       2000,
       'an empty queue on every node',
     );
+  }, 60_000);
+
+  test('a waiter that arrived first but reaches the nodes after the release was sent to a later head is served at once, not at its refresh', async () => {
+    const key = 'late-early';
+    const { locks: holder } = await instance();
+    const early = await instance();
+    const later = await instance();
+    await early.listen();
+    await later.listen();
+    const held = await holder.acquire(key);
+    // the early waiter stamps its arrival, then its attempt is held back before it is sent
+    early.gate.held = true;
+    const w1 = early.locks.acquire(key, { wait: '20s' });
+    w1.catch(() => {});
+    // the later waiter arrives after it and is queued on every node: the only place there
+    await new Promise((r) => setTimeout(r, 5));
+    const w2 = later.locks.acquire(key, { wait: '20s' });
+    w2.catch(() => {});
+    await eventually(
+      async () => (await queuedEverywhere(key, 1)) && later.sleeping() === 1,
+      5000,
+      'the later waiter queued and asleep',
+    );
+    expect((await queues(key)).every((q) => q[0] === later.channel)).toBe(true);
+    // the release wakes the head it sees, the later waiter; that one does not hear it (its
+    // messages lost), so only the early waiter can take the free lock before a refresh
+    later.deaf.on = true;
+    await held.release();
+    const sentAt = performance.now();
+    early.gate.held = false;
+    early.gate.open();
+    const lease = await w1;
+    const delay = performance.now() - sentAt;
+    console.log(
+      `[rl-fair] an earlier arrival that reached the nodes late: granted ${Math.round(delay)} ms after it was sent`,
+    );
+    // refused there as 'not the head' while it was the earliest waiter, it would sleep REFRESH_MS
+    expect(delay).toBeLessThan(REFRESH_MS / 2);
+    later.deaf.on = false;
+    await lease.release();
+    await (await w2).release();
   }, 60_000);
 
   test('under contention every handoff is woken: no waiter sits out a refresh while the lock changes hands', async () => {

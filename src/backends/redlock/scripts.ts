@@ -82,7 +82,9 @@ end
  * `place ms` (the node's time lets the caller align its arrivals to the nodes' clock).
  * Fair: while waiters are queued, a free lock goes only to the live head of the queue (the
  * lowest arrival; places that lapsed are dropped on the way, and the caller's own place counts as
- * live: it is attempting now). Anyone else is refused as if the lock were held — a waiting caller
+ * live: it is attempting now). A waiting caller not registered here yet counts with its arrival:
+ * one that arrived before the head but whose attempt reaches this node after a release woke that
+ * head is the head (refused, it would be registered first and nobody would wake it). Anyone else is refused as if the lock were held — a waiting caller
  * is registered, a caller that does not wait (tryAcquire) never barges past the queue.
  * A grant removes the caller's place; the clean-up of a failed attempt registers it again with
  * the same arrival, so the nodes keep agreeing on the head.
@@ -112,7 +114,14 @@ local function live_head()
   return redis.call('ZRANGE', KEYS[5], 0, 0)[1]
 end
 local head = false
-if redis.call('EXISTS', KEYS[5]) == 1 then head = live_head() end
+if redis.call('EXISTS', KEYS[5]) == 1 then
+  head = live_head()
+  -- a waiter that arrived before the head, but reaches this node only now (after a release woke
+  -- that head), would be registered ahead of it: it is the head
+  if head and head ~= me and me ~= '' and tonumber(ARGV[8]) < tonumber(redis.call('ZSCORE', KEYS[5], head)) then
+    head = me
+  end
+end
 if (head and head ~= me) or not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   if me == '' then return {0} end
   redis.call('ZADD', KEYS[5], 'NX', ARGV[8], me)
