@@ -39,8 +39,10 @@ local function alive(cur)
   if redis.call('EXISTS', string.sub(cur, sep + 1)) == 1 then return string.sub(cur, 1, sep - 1) end
   return false
 end
-local function left(lock)
-  local cur = redis.call('GET', lock)
+-- ms left on the lock (its session's, for a lock that hangs off one); raw: its value when the
+-- caller has just read it (false: read here)
+local function left(lock, raw)
+  local cur = raw or redis.call('GET', lock)
   local sep = cur and string.find(cur, '|', 1, true)
   if sep then return redis.call('PTTL', string.sub(cur, sep + 1)) end
   return redis.call('PTTL', lock)
@@ -50,9 +52,12 @@ end
 export const HEAD =
   SESSION +
   `
-local function mint(fence, idle)
-  local t = redis.call('TIME')
-  local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local function mint(fence, idle, us)
+  local now = us
+  if not now then
+    local t = redis.call('TIME')
+    now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  end
   local s = string.format('%.0f', now)
   -- one write for the common case (the counter is behind the clock): it becomes now, with its
   -- expiry, and the old value comes back in the same call
@@ -80,7 +85,7 @@ local function live_head(q, qx, now)
   end
   return redis.call('ZRANGE', q, 0, 0)[1]
 end
-local function hand_over(lock, fence, q, qx, v, qv, changed, claim, idle, now)
+local function hand_over(lock, fence, q, qx, v, qv, changed, claim, idle, now, us)
   local head = live_head(q, qx, now)
   if not head then return end
   local sep = string.find(head, '|', 1, true)
@@ -93,7 +98,7 @@ local function hand_over(lock, fence, q, qx, v, qv, changed, claim, idle, now)
   redis.call('SET', lock, token, 'PX', claim)
   local val = redis.call('HGET', qv, head)
   if val then redis.call('SET', v, val, 'PX', claim) end
-  local f = mint(fence, math.max(idle, claim))
+  local f = mint(fence, math.max(idle, claim), us)
   -- the head leaves the queue: it holds the lock now (a dead head's claim lapses by itself)
   redis.call('ZREM', q, head)
   redis.call('ZREM', qx, head)
@@ -104,16 +109,17 @@ local function hand_over(lock, fence, q, qx, v, qv, changed, claim, idle, now)
   redis.call('PUBLISH', string.sub(head, 1, sep - 1), redis.sha1hex(token) .. f .. '|' .. string.format('%.0f', now) .. '|' .. lock)
 end
 -- reads the holder; a lock whose session lapsed is free: deleted and announced as a release.
--- Returns the live holder's token (or false), and whether a lapsed lock was deleted.
+-- Returns the live holder's token (or false), whether a lapsed lock was deleted, and the lock's
+-- value as read (false when free or reaped).
 local function reap(lock, v, changed)
   local raw = redis.call('GET', lock)
   local cur = alive(raw)
   if raw and not cur then
     redis.call('DEL', lock, v)
     redis.call('PUBLISH', changed, 'r')
-    return false, true
+    return false, true, false
   end
-  return cur, false
+  return cur, false, raw
 end
 `;
 
@@ -156,9 +162,9 @@ end
 local idle = math.max(tonumber(ARGV[3]), px)
 local Q, F, V, changed = L .. ':q', KEYS[2], L .. ':v', ARGV[8]
 local member, queue = ARGV[5], ARGV[5] ~= ''
-local function grant()
+local function grant(us)
   if ARGV[4] ~= '' then redis.call('SET', V, ARGV[4], 'PX', px) end
-  local f = mint(F, idle)
+  local f = mint(F, idle, us)
   redis.call('PUBLISH', changed, 'g')
   return f
 end
@@ -171,12 +177,14 @@ local function unqueue()
   redis.call('ZREM', QX, member)
   redis.call('HDEL', QV, member)
 end
-local cur, reaped = reap(L, V, changed)
+local cur, reaped, raw = reap(L, V, changed)
+-- the holder's value as read, while it stands (below, a free lock may be handed over: read again)
+local held = cur and raw
 if reaped and free then
   redis.call('SET', L, val, 'PX', px)
   return grant()
 end
-if free and not queue then return -math.max(left(L), 0) end
+if free and not queue then return -math.max(left(L, held), 0) end
 if cur == ARGV[1] then
   redis.call('SET', L, val, 'PX', px)
   if ARGV[4] ~= '' then redis.call('SET', V, ARGV[4], 'PX', px) end
@@ -192,9 +200,10 @@ if not cur then
   if (not head) or head == member then
     redis.call('SET', L, val, 'PX', px)
     if head then unqueue() end
-    return grant()
+    return grant(arrival)
   end
-  hand_over(L, F, Q, QX, V, QV, changed, tonumber(ARGV[7]), tonumber(ARGV[3]), now)
+  hand_over(L, F, Q, QX, V, QV, changed, tonumber(ARGV[7]), tonumber(ARGV[3]), now, arrival)
+  held = false
 end
 if queue then
   local place = tonumber(ARGV[6])
@@ -202,14 +211,16 @@ if queue then
   redis.call('ZADD', Q, 'NX', string.format('%.0f', arrival), member)
   redis.call('ZADD', QX, now + place, member)
   if ARGV[4] ~= '' then redis.call('HSET', QV, member, ARGV[4]) end
+  -- the queue's keys outlive every place in them: 2 × place from a refresh, refreshed only once
+  -- fewer than place ms are left (not at every refusal: three writes saved on most of them)
   if redis.call('PTTL', Q) < place then
-    redis.call('PEXPIRE', Q, place)
-    redis.call('PEXPIRE', QX, place)
-    redis.call('PEXPIRE', QV, place)
+    redis.call('PEXPIRE', Q, 2 * place)
+    redis.call('PEXPIRE', QX, 2 * place)
+    redis.call('PEXPIRE', QV, 2 * place)
   end
-  return { -math.max(left(L), 0), now }
+  return { -math.max(left(L, held), 0), now }
 end
-return -math.max(left(L), 0)
+return -math.max(left(L, held), 0)
 `,
 );
 
