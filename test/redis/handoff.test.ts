@@ -114,6 +114,26 @@ describe.each(['ioredis', 'node-redis'] as ClientKind[])('hand-over on %s', (kin
     }
   }, 60_000);
 
+  test('every key of the queue expires, a waiter’s value joining a queue that is already there included', async () => {
+    const key = `${prefix}:expiring-${kind}`;
+    const [holder, plain, elector] = await Promise.all([0, 1, 2].map(async () => redis(await clients.make(kind))));
+    const admin = await clients.make('ioredis');
+    try {
+      expect(await holder!.acquire(key, { token: 'holder', ttlMs: 30_000 })).not.toBeNull();
+      // the first waiter makes the queue (and arms its expiry); the second brings a value, so the
+      // values' hash is made while the queue's expiry is still fresh
+      expect(await plain!.acquire(key, { token: 'plain', ttlMs: 30_000, queue: true })).toBeNull();
+      expect(await elector!.acquire(key, { token: 'elector', ttlMs: 30_000, queue: true, value: 'v' })).toBeNull();
+      const k = redisKeys(key);
+      for (const name of [k.q, k.qx, k.qv]) expect(Number(await admin.pttl(name)), name).toBeGreaterThan(0);
+    } finally {
+      await plain!.leave!(key, 'plain');
+      await elector!.leave!(key, 'elector');
+      await holder!.release(key, 'holder');
+      await Promise.all([holder!.close(), plain!.close(), elector!.close()]);
+    }
+  });
+
   test('a hand-over is granted on its message, with no round trip; its claim becomes the TTL at the first renewal', async () => {
     const key = `no-confirm-${kind}`;
     const { locks: a } = await instance(kind, { ttl: '10s' });

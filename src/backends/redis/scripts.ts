@@ -210,10 +210,11 @@ if queue then
   -- arrival in µs: waiters refused within one ms keep the order the server refused them in
   redis.call('ZADD', Q, 'NX', string.format('%.0f', arrival), member)
   redis.call('ZADD', QX, now + place, member)
-  if ARGV[4] ~= '' then redis.call('HSET', QV, member, ARGV[4]) end
   -- the queue's keys outlive every place in them: 2 × place from a refresh, refreshed only once
-  -- fewer than place ms are left (not at every refusal: three writes saved on most of them)
-  if redis.call('PTTL', Q) < place then
+  -- fewer than place ms are left (not at every refusal: three writes saved on most of them). The
+  -- values' hash can be new while the queue is not: it gets its expiry at once.
+  local fresh = ARGV[4] ~= '' and redis.call('HSET', QV, member, ARGV[4]) == 1 and redis.call('PTTL', QV) < 0
+  if fresh or redis.call('PTTL', Q) < place then
     redis.call('PEXPIRE', Q, 2 * place)
     redis.call('PEXPIRE', QX, 2 * place)
     redis.call('PEXPIRE', QV, 2 * place)
