@@ -69,14 +69,16 @@ async function instance() {
         listener(ch, message);
       });
   }
-  // while `gate.held`, this backend's ACQUIRE calls wait before they are sent (a slow network,
-  // or a process descheduled between stamping its arrival and sending the attempt)
-  const gate = { held: false, open: () => {}, opened: Promise.resolve() };
-  gate.opened = new Promise<void>((r) => (gate.open = r));
+  // while `gate.until` is set, this backend's ACQUIRE calls wait for it before they are sent (a
+  // slow network, or a process descheduled between stamping its arrival and sending the attempt)
+  const gate = { until: null as Promise<void> | null, held: 0 };
   for (const { adapter } of internals.nodes) {
     const run = adapter.run.bind(adapter);
     adapter.run = async (calls) => {
-      if (gate.held && calls.some((c) => c.script === ACQUIRE)) await gate.opened;
+      if (gate.until && calls.some((c) => c.script === ACQUIRE)) {
+        gate.held++;
+        await gate.until;
+      }
       return run(calls);
     };
   }
@@ -171,11 +173,12 @@ describe('redlock arrival-order fairness (5 nodes, ioredis)', () => {
     await later.listen();
     const held = await holder.acquire(key);
     // the early waiter stamps its arrival, then its attempt is held back before it is sent
-    early.gate.held = true;
+    let open = () => {};
+    early.gate.until = new Promise<void>((r) => (open = r));
     const w1 = early.locks.acquire(key, { wait: '20s' });
     w1.catch(() => {});
+    await eventually(async () => early.gate.held > 0, 5000, 'the early attempt held back');
     // the later waiter arrives after it and is queued on every node: the only place there
-    await new Promise((r) => setTimeout(r, 5));
     const w2 = later.locks.acquire(key, { wait: '20s' });
     w2.catch(() => {});
     await eventually(
@@ -189,8 +192,8 @@ describe('redlock arrival-order fairness (5 nodes, ioredis)', () => {
     later.deaf.on = true;
     await held.release();
     const sentAt = performance.now();
-    early.gate.held = false;
-    early.gate.open();
+    early.gate.until = null;
+    open();
     const lease = await w1;
     const delay = performance.now() - sentAt;
     console.log(

@@ -84,8 +84,9 @@ end
  * lowest arrival; places that lapsed are dropped on the way, and the caller's own place counts as
  * live: it is attempting now). A waiting caller not registered here yet counts with its arrival:
  * one that arrived before the head but whose attempt reaches this node after a release woke that
- * head is the head (refused, it would be registered first and nobody would wake it). Anyone else is refused as if the lock were held — a waiting caller
- * is registered, a caller that does not wait (tryAcquire) never barges past the queue.
+ * head is the head (refused, it would be registered first and nobody would wake it). Anyone else
+ * is refused as if the lock were held — a waiting caller is registered, a caller that does not
+ * wait (tryAcquire) never barges past the queue.
  * A grant removes the caller's place; the clean-up of a failed attempt registers it again with
  * the same arrival, so the nodes keep agreeing on the head.
  * The counter: INCR; if that made it 1 it was missing (or 0), so it is seeded from TIME in µs.
