@@ -71,7 +71,7 @@ describe.each(['ioredis', 'node-redis'] as ClientKind[])('a %s client with a key
   });
 });
 
-describe('ioredis: commands sent in one tick leave in one write', () => {
+describe('ioredis: a lone command leaves at once; commands of a busy tick leave in one write', () => {
   /** Counts the writes that reach the client's socket (each is one syscall). */
   function countWrites(client: any): { writes: number; restore(): void } {
     const stream = client.stream;
@@ -93,23 +93,28 @@ describe('ioredis: commands sent in one tick leave in one write', () => {
     return out;
   }
 
-  test('32 acquires at once are one write, and so are their 32 releases; a lone acquire is one write too', async () => {
+  test('a lone acquire is written at once; 32 acquires at once are two writes, and their 32 releases one', async () => {
     const c = await clients.make('ioredis');
     const locks = createLocks(redis(c), { prefix });
     try {
       await (await locks.acquire('burst-warm')).release(); // connected, scripts loaded
       const counted = countWrites(c);
       try {
-        const leases = await Promise.all(Array.from({ length: 32 }, (_, i) => locks.acquire(`burst:${i}`)));
+        // one command per tick: each leaves at once, before the call returns (no deferral)
+        const pending = locks.acquire('burst:lone');
         expect(counted.writes).toBe(1);
+        const one = await pending;
+        expect(await one.release()).toBe(true);
+        expect(counted.writes).toBe(2);
+        counted.writes = 0;
+        // a burst after a quiet tick: the first at once, the 31 others together on the next tick
+        const leases = await Promise.all(Array.from({ length: 32 }, (_, i) => locks.acquire(`burst:${i}`)));
+        expect(counted.writes).toBe(2);
         expect(new Set(leases.map((l) => l.fence)).size).toBe(32);
         counted.writes = 0;
+        // the last tick sent many: this one is corked from its first command
         expect(await Promise.all(leases.map((l) => l.release()))).toEqual(leases.map(() => true));
         expect(counted.writes).toBe(1);
-        counted.writes = 0;
-        const one = await locks.acquire('burst:lone');
-        expect(counted.writes).toBe(1);
-        expect(await one.release()).toBe(true);
       } finally {
         counted.restore();
       }

@@ -78,22 +78,35 @@ export class IoredisAdapter implements RedisAdapter {
     return [r instanceof Error ? wrap(r) : r];
   }
 
-  /** The connections corked until the end of this tick (see `cork`), or null. */
+  /** The connections corked until the end of this tick (see `beforeSend`), or null. */
   private corked: { uncork(): void }[] | null = null;
-  private readonly uncork = () => {
-    const streams = this.corked ?? [];
+  /** Commands sent in this tick so far. */
+  private sent = 0;
+  /** The last tick sent more than one command: the next one corks from its first command. */
+  private busy = false;
+  private readonly endTick = () => {
+    this.busy = this.sent > 1;
+    this.sent = 0;
+    const streams = this.corked;
+    if (streams === null) return;
     this.corked = null;
     for (const s of streams) s.uncork();
   };
 
   /**
-   * Every command sent on the connection in this tick leaves in one write, on the next tick (as
-   * node-redis does on its own, and ioredis with `enableAutoPipelining`): with many acquires and
-   * releases in flight, one syscall (and one read on the server) for all of them instead of one
-   * each. A lone command waits only for the current tick's callbacks. On a Cluster, every
-   * master's connection. Not a connection that is not ready (ioredis queues the command).
+   * Called before every command. While commands come one per tick (a caller that acquires and
+   * releases in turn), each is written at once: no deferral, one plain write. Once a tick sends
+   * more than one (many acquires and releases in flight), the commands of each tick are corked
+   * until the next one, so they leave in one write (one syscall, and one read on the server)
+   * instead of one each, as node-redis does on its own and ioredis with `enableAutoPipelining`.
+   * A tick is the run of callbacks, ticks and microtasks before Node's next `process.nextTick`
+   * turn. On a Cluster, every master's connection. Not a connection that is not ready (ioredis
+   * queues the command).
    */
-  private cork(): void {
+  private beforeSend(): void {
+    const n = this.sent++;
+    if (n === 0) process.nextTick(this.endTick);
+    if (this.corked !== null || (n === 0 && !this.busy)) return;
     const c = this.client;
     const conns: any[] = this.cluster ? c.nodes('master') : [c];
     const streams: { uncork(): void }[] = [];
@@ -103,14 +116,12 @@ export class IoredisAdapter implements RedisAdapter {
       stream.cork();
       streams.push(stream);
     }
-    if (streams.length === 0) return;
     this.corked = streams;
-    process.nextTick(this.uncork);
   }
 
   private async runMany(calls: readonly ScriptCall[]): Promise<unknown[]> {
     const once = async (useEval: boolean) => {
-      if (this.corked === null) this.cork();
+      this.beforeSend();
       const p = this.client.pipeline();
       for (const { script: s, keys, args } of calls) {
         if (useEval) p.eval(s.source, keys.length, ...keys, ...args);
@@ -131,7 +142,7 @@ export class IoredisAdapter implements RedisAdapter {
   }
 
   private evalOne({ script: s, keys, args }: ScriptCall, useEval: boolean): Promise<unknown> {
-    if (this.corked === null) this.cork();
+    this.beforeSend();
     return useEval
       ? this.client.eval(s.source, keys.length, ...keys, ...args)
       : this.client.evalsha(s.sha, keys.length, ...keys, ...args);
