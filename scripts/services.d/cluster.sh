@@ -5,17 +5,39 @@
 # and a node started in a shared dir loaded another node's dump.rdb, claimed the slots of those
 # keys ("Taking responsibility for it") and broke the cluster (the Cluster failures of two CI
 # runs). A node always starts empty (no persistence: its dump.rdb is removed). Start is idempotent: a
-# cluster that is already up and `cluster_state:ok` is left as it is. A cluster that does not reach
-# cluster_state:ok within ~23 s of its nodes being up (LEASEHOLD_CLUSTER_CONVERGE_TRIES x 0.2 s + 3 s)
-# is diagnosed (stderr and $STATE/cluster/recreated.log) and created afresh: it holds test data only.
+# cluster that is already up, `cluster_state:ok` and agreed on every slot's owner is left as it is.
+# A cluster that does not get there within ~23 s of its nodes being up
+# (LEASEHOLD_CLUSTER_CONVERGE_TRIES x 0.2 s + 3 s) is diagnosed (stderr and
+# $STATE/cluster/recreated.log) and created afresh: it holds test data only.
 # Ports: LEASEHOLD_CLUSTER_PORTS.
 CLUSTER_PORTS="${LEASEHOLD_CLUSTER_PORTS:-7301 7302 7303 7304 7305 7306}"
 SERVICES+=(cluster)
 
-cluster_ok() { # every node answers and reports cluster_state:ok
+cluster_ok() { # every node answers, reports cluster_state:ok, and they agree on who serves each slot
   local port
   for port in $CLUSTER_PORTS; do
     redis-cli -h 127.0.0.1 -p "$port" cluster info 2>/dev/null | grep -q '^cluster_state:ok' || return 1
+  done
+  cluster_agree
+}
+
+# The masters and their slots as one node sees them (slot ranges only: no migration marks).
+cluster_slot_map() { # port
+  redis-cli -h 127.0.0.1 -p "$1" cluster nodes 2>/dev/null |
+    awk '$3 ~ /master/ && $3 !~ /fail/ { s = $2; for (i = 9; i <= NF; i++) if ($i !~ /^\[/) s = s " " $i; print s }' |
+    sort
+}
+
+# Every node sees the same owner for every slot. cluster_state:ok is not enough: a hand-made slot
+# move whose owner did not bump its config epoch can leave one node sending a slot's clients to
+# a node that sends them back (MOVED both ways, "Too many Cluster redirections"; seen after the
+# resharding tests, 2026-12-04), and every node still says ok.
+cluster_agree() {
+  local port first="" map
+  for port in $CLUSTER_PORTS; do
+    map=$(cluster_slot_map "$port")
+    [ -n "$map" ] || return 1
+    if [ -z "$first" ]; then first=$map; elif [ "$map" != "$first" ]; then return 1; fi
   done
 }
 
@@ -46,8 +68,8 @@ svc_cluster_start() {
     # a cluster of test data that will not converge: say why, then start it afresh rather than
     # fail every later test file that needs it (fences stay above earlier ones: they are seeded
     # from the server's TIME)
-    cluster_diagnose "the cluster did not reach cluster_state:ok; recreating it" >&2
-    cluster_diagnose "the cluster did not reach cluster_state:ok; recreated it" >>"$STATE/cluster/recreated.log"
+    cluster_diagnose "the cluster did not reach cluster_state:ok with every node agreeing on the slots; recreating it" >&2
+    cluster_diagnose "the cluster did not reach cluster_state:ok with every node agreeing on the slots; recreated it" >>"$STATE/cluster/recreated.log"
     svc_cluster_stop >/dev/null
     for port in $CLUSTER_PORTS; do cluster_start_port "$port"; done
     for port in $CLUSTER_PORTS; do wait_for "cluster-$port" redis_up "$port" || cluster_fail "node $port did not start"; done
@@ -114,7 +136,7 @@ svc_cluster_status() {
   local port ok=0
   for port in $CLUSTER_PORTS; do redis_status_port cluster "$port" || ok=1; done
   if [ $ok = 0 ] && ! cluster_ok; then
-    printf '%-10s down  cluster_state is not ok\n' cluster
+    printf '%-10s down  cluster_state is not ok, or the nodes disagree on the owner of a slot\n' cluster
     ok=1
   fi
   return $ok

@@ -303,8 +303,30 @@ async function slotMover(admin: any, slot: number) {
     const keys: string[] = await src.cluster('GETKEYSINSLOT', slot, 1000);
     if (keys.length) await src.migrate(dst.options.host, dst.options.port, '', 0, 5000, 'KEYS', ...keys);
   };
+  const every = admin.nodes('all') as any[];
+  const ownerSeenBy = async (n: any): Promise<string | null> => {
+    const ranges = (await n.cluster('SLOTS')) as [number, number, [string, number]][];
+    const r = ranges.find(([a, b]) => a <= slot && slot <= b);
+    return r ? `${r[2][0]}:${r[2][1]}` : null;
+  };
   const settle = async (dst: any) => {
+    const addr = `${dst.options.host}:${dst.options.port}`;
     for (const n of nodes) await n.cluster('SETSLOT', slot, 'NODE', ids.get(dst));
+    // until every node says dst serves the slot: a new owner that did not know the old owner's
+    // higher config epoch yet keeps its own, and a late gossip message of the old owner then
+    // takes the slot back on some nodes (MOVED both ways, for good). The new owner bumps its
+    // epoch above all it knows of, and a node that still disagrees is told again.
+    for (let i = 0; i < 100; i++) {
+      await dst.cluster('BUMPEPOCH');
+      const views = await Promise.all(every.map(ownerSeenBy));
+      if (views.every((v) => v === addr)) return;
+      for (const [j, n] of every.entries()) {
+        if (views[j] !== addr && nodes.includes(n))
+          await n.cluster('SETSLOT', slot, 'NODE', ids.get(dst)).catch(() => {});
+      }
+      await new Promise((r) => setTimeout(r, 50));
+    }
+    throw new Error(`slot ${slot}: the nodes did not agree that ${addr} serves it`);
   };
   return {
     source: from,
