@@ -50,7 +50,7 @@ async function instance(kind: ClientKind, opts = {}, client?: unknown) {
   /** Calls of this backend now asleep in a wait (pushed or bounded). */
   const sleeping = () =>
     (backend as unknown as { wakeups: { waits: { waiters: Map<string, Set<unknown>> } } }).wakeups.waits.waiters.size;
-  return { locks, counted, sleeping };
+  return { locks, counted, sleeping, backend };
 }
 
 async function until(f: () => Promise<boolean>, ms: number): Promise<boolean> {
@@ -187,6 +187,38 @@ describe.each(['ioredis', 'node-redis'] as ClientKind[])('hand-over on %s', (kin
     await lease.release();
   }, 30_000);
 
+  test('a hand-over in the millisecond of the refusal is still granted on its message (the server µs decide)', async () => {
+    const key = `same-ms-${kind}`;
+    const { locks: a } = await instance(kind, { ttl: '10s' });
+    const b = await instance(kind, { ttl: '10s' });
+    let confirmed = 0;
+    // round 0 subscribes b's channel (a first wait may miss a message sent before that)
+    for (let i = 0; i <= 20; i++) {
+      const held = await a.acquire(key);
+      // the release is sent the moment b's refused, queued attempt has its reply: the hand-over
+      // follows the refusal by well under a millisecond (with ms times, such a message was not
+      // trusted and the waiter confirmed it with a round trip)
+      let released: Promise<boolean> | null = null;
+      const run = b.backend.adapter.run;
+      b.backend.adapter.run = async (calls) => {
+        const r = await run(calls);
+        released ??= held.release();
+        return r;
+      };
+      const messages = b.counted.messages;
+      const lease = await b.locks.acquire(key, { wait: '20s' });
+      b.backend.adapter.run = run;
+      expect(await released).toBe(true);
+      expect(lease.fence > held.fence).toBe(true);
+      if (i > 0) {
+        expect(b.counted.messages).toBe(messages + 1);
+        if (b.counted.runs !== b.counted.runsAtMessage) confirmed++;
+      }
+      await lease.release();
+    }
+    expect(confirmed).toBe(0);
+  }, 30_000);
+
   test('a head SIGKILLed before the hand-over delays the next grant by at most the claim plus one refresh', async () => {
     const key = `dead-head-${kind}`;
     const { locks: a } = await instance(kind, { ttl: '30s' });
@@ -235,26 +267,44 @@ describe.each(['ioredis', 'node-redis'] as ClientKind[])('hand-over on %s', (kin
 });
 
 describe('a hand-over message', () => {
-  // the message is `<sha1(token)><fence>|<server ms>|<lock key>`; `take` trusts it only when it
+  // the message is `<sha1(token)><fence>|u<server µs>|<lock key>`; `take` trusts it only when it
   // follows the waiter's last refused attempt by the server's own clock and names its token
   const sha1 = (t: string) => createHash('sha1').update(t).digest('hex');
+  const refusedUs = 1_000_000_000; // the server's µs when it refused (and queued) the attempt
   const setup = () => {
     const w = new Wakeups({} as RedisAdapter, 1000);
     const deliver = (m: string) => (w as unknown as { message(m: string): void }).message(m);
     w.before('{k|x}'); // a call of this backend waits on the key (the key may hold '|')
-    w.refused('{k|x}', 0, 0, 1234.5, 1_000_000, 'tok');
+    w.refused('{k|x}', 0, 0, 1234.5, refusedUs, 'tok');
     return { w, deliver };
   };
 
   test('after the last refusal, naming our token: the lock is ours from that attempt, with its fence', () => {
     const { w, deliver } = setup();
-    deliver(`${sha1('tok')}42|1000001|{k|x}`);
+    deliver(`${sha1('tok')}42|u${refusedUs + 1}|{k|x}`);
     expect(w.take('{k|x}', 'tok')).toEqual({ fence: '42', from: 1234.5 });
     expect(w.take('{k|x}', 'tok')).toBeNull(); // taken once
   });
 
-  test('from the same millisecond as the refusal, or earlier: not trusted (it may predate the refusal)', () => {
-    for (const at of [1_000_000, 999_999]) {
+  test('in the millisecond of the refusal but after it (µs): taken, no confirming round trip', () => {
+    const { w, deliver } = setup();
+    deliver(`${sha1('tok')}42|u${refusedUs + 400}|{k|x}`); // 0.4 ms later: the same ms
+    expect(w.take('{k|x}', 'tok')).toEqual({ fence: '42', from: 1234.5 });
+  });
+
+  test('from the same µs as the refusal, or earlier: not trusted (it may predate the refusal)', () => {
+    for (const at of [refusedUs, refusedUs - 1, refusedUs - 5_000]) {
+      const { w, deliver } = setup();
+      deliver(`${sha1('tok')}42|u${at}|{k|x}`);
+      expect(w.take('{k|x}', 'tok')).toBeNull();
+    }
+  });
+
+  test("an older version's message (server ms, no u) is compared in ms", () => {
+    const later = setup();
+    later.deliver(`${sha1('tok')}42|${refusedUs / 1000 + 1}|{k|x}`);
+    expect(later.w.take('{k|x}', 'tok')).toEqual({ fence: '42', from: 1234.5 });
+    for (const at of [refusedUs / 1000, refusedUs / 1000 - 1]) {
       const { w, deliver } = setup();
       deliver(`${sha1('tok')}42|${at}|{k|x}`);
       expect(w.take('{k|x}', 'tok')).toBeNull();
@@ -263,19 +313,19 @@ describe('a hand-over message', () => {
 
   test('naming another token, for a key nobody here waits on, or with no refusal on record: not trusted', () => {
     const a = setup();
-    a.deliver(`${sha1('other')}42|1000001|{k|x}`);
+    a.deliver(`${sha1('other')}42|u${refusedUs + 1}|{k|x}`);
     expect(a.w.take('{k|x}', 'tok')).toBeNull();
     const b = setup();
-    b.deliver(`${sha1('tok')}42|1000001|{k|y}`);
+    b.deliver(`${sha1('tok')}42|u${refusedUs + 1}|{k|y}`);
     expect(b.w.take('{k|y}', 'tok')).toBeNull();
     const c = setup();
     c.w.forget('{k|x}');
     c.w.before('{k|x}');
-    c.deliver(`${sha1('tok')}42|1000001|{k|x}`);
+    c.deliver(`${sha1('tok')}42|u${refusedUs + 1}|{k|x}`);
     expect(c.w.take('{k|x}', 'tok')).toBeNull();
     // the refusal on record is another token's: a message naming the caller's is not enough
     const d = setup();
-    d.deliver(`${sha1('mine')}42|1000001|{k|x}`);
+    d.deliver(`${sha1('mine')}42|u${refusedUs + 1}|{k|x}`);
     expect(d.w.take('{k|x}', 'mine')).toBeNull();
   });
 });

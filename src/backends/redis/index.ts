@@ -293,9 +293,9 @@ export class RedisBackend implements Backend {
       return { fence: BigInt(r), session: s.key };
     }
     if (queue) {
-      // a queued refusal also says when the server ran it (a hand-over after it is ours)
-      const [neg, serverMs] = Array.isArray(r) ? r : [r, NaN];
-      this.wakeups.refused(lock, wakes, -Number(neg), sentAt, Number(serverMs), token);
+      // a queued refusal also says when the server ran it, in µs (a hand-over after it is ours)
+      const [neg, serverUs] = Array.isArray(r) ? r : [r, NaN];
+      this.wakeups.refused(lock, wakes, -Number(neg), sentAt, Number(serverUs), token);
     }
     return null;
   }

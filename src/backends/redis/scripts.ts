@@ -17,7 +17,7 @@
  * Every grant publishes 'g' and every release 'r' on `{k}:changed` (for `watch`: observers of
  * an election). A release hands the lock to the head of the queue itself: the lock becomes the
  * head's with a short claim lease, the head leaves the queue, and one message on the head's
- * backend channel (`<sha1(token)><fence>|<ms>|<lock>`) tells it: the waiter holds the lock from
+ * backend channel (`<sha1(token)><fence>|u<µs>|<lock>`) tells it: the waiter holds the lock from
  * then on, and its first renewal turns the claim into its full TTL (or, when the message may be
  * stale, its next acquire confirms it). An unconfirmed claim lapses by itself; the next waiter
  * takes over.
@@ -105,8 +105,9 @@ local function hand_over(lock, fence, q, qx, v, qv, changed, claim, idle, now, u
   redis.call('HDEL', qv, head)
   redis.call('PUBLISH', changed, 'g')
   -- sha1(token) names the waiter without revealing its token; the fence and the time of the
-  -- hand-over let it take the lock without a round trip (docs/redis.md, "Hand-over")
-  redis.call('PUBLISH', string.sub(head, 1, sep - 1), redis.sha1hex(token) .. f .. '|' .. string.format('%.0f', now) .. '|' .. lock)
+  -- hand-over (the server's µs, marked u) let it take the lock without a round trip
+  -- (docs/redis.md, "Hand-over")
+  redis.call('PUBLISH', string.sub(head, 1, sep - 1), redis.sha1hex(token) .. f .. '|u' .. string.format('%.0f', us) .. '|' .. lock)
 end
 -- reads the holder; a lock whose session lapsed is free: deleted and announced as a release.
 -- Returns the live holder's token (or false), whether a lapsed lock was deleted, and the lock's
@@ -126,7 +127,7 @@ end
 /**
  * KEYS lock fence [session]; ARGV token ttl fenceIdle value(''=none) member(''=do not queue)
  * place claim changed [lockPx create(0|1)] → fence as a string (granted) | -pttl of the holder
- * (0 if unknown): refused | { -pttl, server ms }: refused and queued | 'gone': the session
+ * (0 if unknown): refused | { -pttl, server µs }: refused and queued | 'gone': the session
  * (KEYS[3]) lapsed, nothing was done. The lock's other keys (`:q`, `:qx`, `:v`, `:qv`) are named
  * from KEYS[1] here, in its slot: every argument costs the server and the client on each call
  * (~0.13 µs per argument in Redis alone), and this is the hottest call. The lock and its fence
@@ -219,7 +220,7 @@ if queue then
     redis.call('PEXPIRE', QX, 2 * place)
     redis.call('PEXPIRE', QV, 2 * place)
   end
-  return { -math.max(left(L, held), 0), now }
+  return { -math.max(left(L, held), 0), arrival }
 end
 return -math.max(left(L, held), 0)
 `,

@@ -2,10 +2,13 @@
  * Push wake-ups for Redis waiters. Each backend subscribes once, on its subscriber connection, to
  * a channel of its own (`leasehold:wake:<random>`), which its queue entries name. A release hands
  * the lock to the head of the queue and sends one message to that waiter's backend only:
- * `<sha1(token)><fence>|<server ms>|<lock key>` (never the token). The waiter whose token it names
+ * `<sha1(token)><fence>|u<server µs>|<lock key>` (never the token). The waiter whose token it names
  * holds the lock from then on, with the short claim: `take` gives it the grant without a round
  * trip when the hand-over is known to follow the waiter's last refused attempt (its server time
- * is later than that refusal's), so the claim runs at least from that attempt's send time.
+ * is later than that refusal's), so the claim runs at least from that attempt's send time. Both
+ * times are the server's µs: a hand-over within the millisecond of the refusal is still taken
+ * (with ms, it cost a confirming round trip). A message of an older version (`|<server ms>|`,
+ * no `u`) is compared in ms.
  * Pub/sub stays a hint: a waiter also wakes at the holder's expiry (as the refusal reported it; a
  * crashed holder publishes nothing) and at least every `refreshMs` (which refreshes its place in
  * the queue, and confirms a hand-over whose message was lost).
@@ -25,13 +28,13 @@ export class Wakeups {
   private readonly waits = new KeyedWaits();
   private closed = false;
   /** Per lock key: the hand-over message received while this backend waits on it. */
-  private readonly handed = new Map<string, { hash: string; fence: string; at: number }>();
+  private readonly handed = new Map<string, { hash: string; fence: string; at: number; us: boolean }>();
   /**
    * Per lock key: this backend's last refused, queued attempt (send time, the server's time) and
    * the sha1 of its token, which a hand-over message names (hashed here, before the waiter sleeps,
    * not on the hand-over's path once it wakes).
    */
-  private readonly refusals = new Map<string, { sentAt: number; serverMs: number; token: string; hash: string }>();
+  private readonly refusals = new Map<string, { sentAt: number; serverUs: number; token: string; hash: string }>();
 
   constructor(
     private readonly adapter: RedisAdapter,
@@ -48,14 +51,14 @@ export class Wakeups {
   }
 
   /**
-   * A queued attempt of `token` sent at `sentAt` was refused; the server ran it at `serverMs` (its
-   * clock, ms; NaN: unknown, and a hand-over is then confirmed by a round trip).
+   * A queued attempt of `token` sent at `sentAt` was refused; the server ran it at `serverUs` (its
+   * clock, µs; NaN: unknown, and a hand-over is then confirmed by a round trip).
    */
-  refused(key: string, wakes: number, hintMs: number, sentAt: number, serverMs: number, token: string): void {
+  refused(key: string, wakes: number, hintMs: number, sentAt: number, serverUs: number, token: string): void {
     this.waits.refused(key, wakes, hintMs);
     const last = this.refusals.get(key);
     const hash = last?.token === token ? last.hash : digestHex('sha1', token);
-    this.refusals.set(key, { sentAt, serverMs, token, hash });
+    this.refusals.set(key, { sentAt, serverUs, token, hash });
   }
 
   /** The waiter on `key` got the lock, gave up, or failed. */
@@ -76,12 +79,12 @@ export class Wakeups {
     if (!h) return null;
     this.handed.delete(key);
     const r = this.refusals.get(key);
-    if (!r || !(h.at > r.serverMs)) return null;
+    if (!r || !(h.at > (h.us ? r.serverUs : Math.floor(r.serverUs / 1000)))) return null;
     if (r.token !== token || r.hash !== h.hash) return null;
     return { fence: h.fence, from: r.sentAt };
   }
 
-  /** `<sha1 40 hex><fence>|<ms>|<lock key>`, published by the hand-over (scripts.ts). */
+  /** `<sha1 40 hex><fence>|u<µs>|<lock key>` (`|<ms>|` from an older version), published by the hand-over (scripts.ts). */
   private message(m: string): void {
     const i = m.indexOf('|', 40);
     const j = i === -1 ? -1 : m.indexOf('|', i + 1);
@@ -90,7 +93,13 @@ export class Wakeups {
     const kp = this.adapter.keyPrefix;
     const key = m.slice(j + 1 + (kp && m.startsWith(kp, j + 1) ? kp.length : 0));
     if (!this.waits.waiting(key)) return; // nobody here waits on it any more
-    this.handed.set(key, { hash: m.slice(0, 40), fence: m.slice(40, i), at: Number(m.slice(i + 1, j)) });
+    const us = m.charCodeAt(i + 1) === 117; // 'u'
+    this.handed.set(key, {
+      hash: m.slice(0, 40),
+      fence: m.slice(40, i),
+      at: Number(m.slice(us ? i + 2 : i + 1, j)),
+      us,
+    });
     this.waits.wake(key);
   }
 
