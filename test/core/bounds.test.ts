@@ -328,4 +328,46 @@ describe('options and signals', () => {
     any.dispose();
     expect(getEventListeners(appLifetime, 'abort')).toHaveLength(0);
   });
+
+  test('waits without a signal reuse one controller: one listener on close(), and deadlines and close() still end them', async () => {
+    const store = new MemoryStore();
+    const holder = make(memory({ store }));
+    const waiter = make(memory({ store }));
+    const closing = (waiter as unknown as { closingSignal: AbortSignal }).closingSignal;
+    const spare = () => (waiter as unknown as { acquirer: { spare: unknown } }).acquirer.spare;
+    const waitOnce = async () => {
+      const lease = await holder.acquire('l');
+      const waiting = waiter.acquire('l', { wait: '5s' });
+      await sleep(1);
+      await lease.release();
+      await (await waiting).release();
+    };
+    await waitOnce();
+    const kept = spare();
+    expect(kept).not.toBeNull(); // kept by the wait that ended without aborting it
+    for (let i = 0; i < 20; i++) await waitOnce();
+    expect(spare()).toBe(kept); // the same controller, wait after wait
+    expect(getEventListeners(closing, 'abort')).toHaveLength(1); // its one listener, not one per wait
+    // a deadline aborts the controller the wait took: that one is not kept, and the next wait
+    // (on a fresh one) is not ended by that old deadline
+    const lease = await holder.acquire('l');
+    await expect(waiter.acquire('l', { wait: 30 })).rejects.toBeInstanceOf(LockTimeoutError);
+    expect(spare()).toBeNull();
+    const next = waiter.acquire('l', { wait: '5s' });
+    await sleep(50);
+    await lease.release();
+    await (await next).release();
+    expect(spare()).not.toBeNull();
+    // close() ends a wait on the kept controller at once
+    const held = await holder.acquire('l');
+    const waiting = waiter.acquire('l', { wait: '5s' });
+    waiting.catch(() => {});
+    await sleep(5);
+    expect(spare()).toBeNull(); // taken by this wait
+    const t0 = performance.now();
+    await waiter.close();
+    await expect(waiting).rejects.toBeInstanceOf(ClosedError);
+    expect(performance.now() - t0).toBeLessThan(MARGIN);
+    await held.release();
+  });
 });
