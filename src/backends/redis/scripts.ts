@@ -31,7 +31,7 @@ import { script } from './client.js';
  * tells it, on its backend's own channel, with one message (never its token).
  * A queue member is `<its backend's channel>|<token>`.
  */
-export const SESSION = `
+const ALIVE = `
 local function alive(cur)
   if not cur then return false end
   local sep = string.find(cur, '|', 1, true)
@@ -39,6 +39,9 @@ local function alive(cur)
   if redis.call('EXISTS', string.sub(cur, sep + 1)) == 1 then return string.sub(cur, 1, sep - 1) end
   return false
 end
+`;
+
+const LEFT = `
 -- ms left on the lock (its session's, for a lock that hangs off one); raw: its value when the
 -- caller has just read it (false: read here)
 local function left(lock, raw)
@@ -49,9 +52,11 @@ local function left(lock, raw)
 end
 `;
 
-export const HEAD =
-  SESSION +
-  `
+/** `alive` (the holder's token, false for a lock whose session lapsed) and `left` (its ms left). */
+export const SESSION = ALIVE + LEFT;
+
+/** `mint` alone: the fence of a grant (the fast path of ACQUIRE needs nothing else). */
+const MINT = `
 local function mint(fence, idle, us)
   local now = us
   if not now then
@@ -69,6 +74,10 @@ local function mint(fence, idle, us)
   if c < 9007199254740992 then return string.format('%.0f', c) end
   return redis.call('GET', fence) -- exact: Lua numbers are doubles
 end
+`;
+
+/** The queue's helpers (after MINT, which `hand_over` uses; `reap` uses SESSION's `alive`). */
+const QUEUE = `
 -- the server's time in ms, and in µs (exact: below 2^53) for arrival scores
 local function now_ms()
   local t = redis.call('TIME')
@@ -125,6 +134,13 @@ end
 `;
 
 /**
+ * Every helper. A script defines its helpers (a closure each) at every call, before the code that
+ * uses them runs: ACQUIRE and RELEASE define the queue's only past their fast paths (~0.3 µs of
+ * Redis time per call saved each, measured).
+ */
+export const HEAD = SESSION + MINT + QUEUE;
+
+/**
  * KEYS lock fence [session]; ARGV token ttl fenceIdle value(''=none) member(''=do not queue)
  * place claim changed [lockPx create(0|1)] → fence as a string (granted) | -pttl of the holder
  * (0 if unknown): refused | { -pttl, server µs }: refused and queued | 'gone': the session
@@ -147,7 +163,7 @@ end
  * after `place` ms (not the TTL: a dead waiter blocks nobody for long).
  */
 export const ACQUIRE = script(
-  HEAD +
+  MINT +
     `
 local L = KEYS[1]
 local ttl = tonumber(ARGV[2])
@@ -172,6 +188,10 @@ end
 local free = redis.call('EXISTS', Q) == 0
 -- the fast path: nobody queued and the lock free is SET NX + the fence, nothing read before
 if free and redis.call('SET', L, val, 'NX', 'PX', px) then return grant() end
+` +
+    SESSION +
+    QUEUE +
+    `
 local QX, QV = L .. ':qx', L .. ':qv'
 local function unqueue()
   redis.call('ZREM', Q, member)
@@ -263,7 +283,7 @@ return out
  * says why the fence counter is declared: a hand-over mints a fence).
  */
 export const RELEASE = script(
-  HEAD +
+  ALIVE +
     `
 local L = KEYS[1]
 local cur = redis.call('GET', L)
@@ -276,6 +296,10 @@ local V, Q, changed = L .. ':v', L .. ':q', ARGV[4]
 redis.call('DEL', L, V)
 redis.call('PUBLISH', changed, 'r')
 if redis.call('EXISTS', Q) == 1 then
+` +
+    MINT +
+    QUEUE +
+    `
   hand_over(L, KEYS[2], Q, L .. ':qx', V, L .. ':qv', changed, tonumber(ARGV[2]), tonumber(ARGV[3]), now_ms())
 end
 if who ~= ARGV[1] then return 0 end
