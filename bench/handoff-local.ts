@@ -94,8 +94,9 @@ async function scripts(admin: Redis): Promise<number> {
   return m ? Number(m[1]) : 0;
 }
 
-async function measure(row: Row, admin: Redis, round: number) {
-  const key = `bench:handoff-local:${process.pid}:${round}:${row.name.length}`;
+async function measure(row: Row, admin: Redis, round: number, index: number) {
+  // a key per row and round: a row's leftover queue places never delay the next row's start
+  const key = `bench:handoff-local:${process.pid}:${round}:${index}`;
   let grants = 0;
   let stopped = false;
   const finish = await row.run(
@@ -127,8 +128,8 @@ const admin = new Redis({ port: PORT });
 const results = new Map<string, { perSec: number; cpuUs: number; scripts: number }[]>();
 console.log(`${W} waiters in one process, one key, cs ${CS} ms; ${ROUNDS} rounds × ${N} grants (after ${N} warm-up)`);
 for (let r = 0; r < ROUNDS; r++) {
-  for (const row of rows) {
-    const m = await measure(row, admin, r);
+  for (const [i, row] of rows.entries()) {
+    const m = await measure(row, admin, r, i);
     (results.get(row.name) ?? results.set(row.name, []).get(row.name)!).push(m);
     console.log(
       `  round ${r + 1} ${row.name}: ${m.perSec.toFixed(0)} grants/s, ${m.cpuUs.toFixed(1)} µs CPU per grant`,
