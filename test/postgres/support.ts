@@ -42,13 +42,14 @@ export class Pg {
     return sql;
   }
 
-  async client(kind: ClientKind, max = 4): Promise<any> {
-    return kind === 'pg' ? this.pool({ max }) : this.sql({ max });
+  /** `pool`: more options of a pg Pool (`pipeline: true`, say); postgres.js takes none here. */
+  async client(kind: ClientKind, max = 4, pool: pg.PoolConfig = {}): Promise<any> {
+    return kind === 'pg' ? this.pool({ max, ...pool }) : this.sql({ max });
   }
 
   /** A backend over its own fresh client, as another process would have it; close() also ends that client. */
-  async backend(kind: ClientKind, opts?: PostgresOptions): Promise<Backend> {
-    const client = await this.client(kind);
+  async backend(kind: ClientKind, opts?: PostgresOptions, pool?: pg.PoolConfig): Promise<Backend> {
+    const client = await this.client(kind, 4, pool);
     const b = postgres(client, opts);
     const close = b.close.bind(b);
     b.close = async () => {
