@@ -52,6 +52,8 @@ export interface QueueHost {
   /** The dedicated session connection (waits are looked for in pg_locks on it), or null. */
   session(): Conn | null;
   epochOf(conn: Conn): Promise<{ epoch: string; started: string }>;
+  /** The epoch already read on `conn` (no promise, no turn of the event loop), or undefined. */
+  knownEpoch(conn: Conn): { epoch: string; started: string } | undefined;
   /** The answer of a lock statement (a fence, 'held' or `w<ms>`); throws for a moved session. */
   checkRow(conn: Conn, row: Row | undefined): string;
   /** True while a lease of the backend is held on `conn`. */
@@ -107,11 +109,14 @@ export class ServerQueue {
   async enqueue(key: string, token: string, lockKey: string, confirm: boolean): Promise<Wait | null> {
     const host = this.host;
     if (this.waits.size >= MAX_WAITERS) return null;
-    let conn: Conn;
-    try {
-      conn = await this.waiterConn();
-    } catch {
-      return null;
+    // a spare connection is taken without a turn of the event loop (every contended grant's path)
+    let conn = this.spare();
+    if (!conn) {
+      try {
+        conn = await this.waiterConn();
+      } catch {
+        return null;
+      }
     }
     if (host.closed()) {
       this.spareBack(conn);
@@ -130,12 +135,15 @@ export class ServerQueue {
     };
     this.waits.set(key, w);
     host.track(this.runWait(w, conn));
+    // a hinted wait (confirm false: the key was contended lately) goes on at once: no look in
+    // pg_locks, and no BigInt work for one (on the path of every contended grant)
+    if (!confirm) return w.state === 'ended' ? null : w;
     // wait until the server has it queued: a later refusal (of anyone) queues behind it
     const { classid, objid } = lockParts(BigInt(lockKey));
     const pid = String(host.pids.get(conn));
     const until = performance.now() + ENQUEUE_MS;
     const session = host.session();
-    while (confirm && !w.queued && w.state === 'waiting' && session && !session.closed && performance.now() < until) {
+    while (!w.queued && w.state === 'waiting' && session && !session.closed && performance.now() < until) {
       try {
         const rows = await timed(session.prepared(host.sql.waiting, [pid, classid, objid]), host.timeoutMs, 'queue');
         if (rows.length > 0) w.queued = true;
@@ -151,7 +159,7 @@ export class ServerQueue {
     const host = this.host;
     let spare = false;
     try {
-      const ep = await host.epochOf(conn);
+      const ep = host.knownEpoch(conn) ?? (await host.epochOf(conn));
       const params = [w.lockKey, w.key, String(host.pids.get(conn)), ep.started, ep.epoch, String(WAIT_MS)];
       const row = (await conn.prepared(host.sql.waitLock, params))[0];
       w.queued = true;
@@ -230,10 +238,15 @@ export class ServerQueue {
     });
   }
 
-  /** A waiter connection: a spare one, or a new one from the pool (its pid read, the checks set). */
+  /** A spare waiter connection still open, or null. */
+  private spare(): Conn | null {
+    for (let c = this.spares.pop(); c; c = this.spares.pop()) if (!c.closed) return c;
+    return null;
+  }
+
+  /** A new waiter connection from the pool (its pid read, the checks set). */
   private async waiterConn(): Promise<Conn> {
     const host = this.host;
-    for (let c = this.spares.pop(); c; c = this.spares.pop()) if (!c.closed) return c;
     const conn = await host.db.reserve(Math.min(host.timeoutMs, 1_000));
     try {
       const row = (await timed(conn.query(host.sql.waiterSetup), host.timeoutMs, 'connect'))[0];

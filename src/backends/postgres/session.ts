@@ -119,6 +119,7 @@ export class PostgresBackend implements Backend {
       closed: () => this.closed,
       session: () => this.dedicated.current,
       epochOf: (conn) => this.epochOf(conn),
+      knownEpoch: (conn) => this.epochs.get(conn),
       checkRow: (conn, row) => this.checkRow(conn, row),
       holdsOn: (conn) => {
         for (const h of this.held.values()) if (h.conn === conn) return true;
