@@ -5,7 +5,7 @@
  */
 import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
-import { EXTEND_NODE } from '../../src/backends/redis/cluster.js';
+import { EXTEND_NODE, TRYAGAIN_MS } from '../../src/backends/redis/cluster.js';
 import { redis } from '../../src/backends/redis/index.js';
 import { slotOf } from '../../src/backends/redis/slots.js';
 import { createLocks, type Lease } from '../../src/index.js';
@@ -275,6 +275,89 @@ describe.each(['ioredis', 'node-redis'] as ClientKind[])('Redis Cluster, a half-
     expect(g2.fence > g!.fence).toBe(true);
   });
 });
+
+describe.each(['ioredis', 'node-redis'] as ClientKind[])(
+  'Redis Cluster, a held lock while its slot migrates, on %s',
+  (kind) => {
+    test(
+      'a contender, the renewal, a queued waiter and the release wait out the migration (TRYAGAIN, sent again): none fails, the waiter gets the lock',
+      { timeout: 40_000 },
+      async () => {
+        const prefix = `lh-mig-${randomUUID().slice(0, 8)}`;
+        const admin = await clients.make('ioredis');
+        const holder = redis(await clients.make(kind));
+        const other = redis(await clients.make(kind));
+        const key = `${prefix}:k`;
+        const [a, b, c] = [randomUUID(), randomUUID(), randomUUID()];
+        const g = await holder.acquire(key, { token: a, ttlMs: 20_000, renew: true });
+        expect(g).not.toBeNull();
+        // a waiter in the queue: the lock's queue keys exist too
+        expect(await other.acquire(key, { token: c, ttlMs: 20_000, queue: true, renew: true })).toBeNull();
+        const move = await slotMover(admin, slotOf(`{${key}}`));
+        try {
+          // MIGRATING / IMPORTING, no key moved yet: before, the source ran each script and stopped
+          // it at the first key it lacked ("non local key"): every call below failed at once
+          await move.half();
+          const t0 = Date.now();
+          const contender = other.acquire(key, { token: b, ttlMs: 20_000 });
+          const renewal = holder.extend([{ key, token: a, ttlMs: 20_000 }]);
+          // the migration completes 300 ms later (keys moved, then the slot assigned)
+          await new Promise((r) => setTimeout(r, 300));
+          await move.start();
+          await move.finish();
+          expect(await contender).toBeNull();
+          expect(await renewal).toEqual([true]);
+          expect(Date.now() - t0).toBeGreaterThanOrEqual(300); // they waited: nothing ran on a half view
+          // the release hands the lock to the queued waiter, on the new owner
+          expect(await holder.release(key, a)).toBe(true);
+          const info = await other.inspect(key);
+          expect(info?.fence).toBeGreaterThan(g!.fence);
+          const took = await other.acquire(key, { token: c, ttlMs: 20_000, queue: true, renew: true });
+          expect(took?.fence).toBe(info!.fence);
+          expect(await other.release(key, c)).toBe(true);
+        } finally {
+          await move.back();
+          await holder.close();
+          await other.close();
+        }
+      },
+    );
+
+    test(
+      'a migration that stalls past the retries: the release fails with TRYAGAIN and writes nothing',
+      { timeout: 40_000 },
+      async () => {
+        const prefix = `lh-stall-${randomUUID().slice(0, 8)}`;
+        const admin = await clients.make('ioredis');
+        const backend = redis(await clients.make(kind));
+        const key = `${prefix}:k`;
+        const a = randomUUID();
+        const g = await backend.acquire(key, { token: a, ttlMs: 20_000, value: 'v1' });
+        expect(g).not.toBeNull();
+        const move = await slotMover(admin, slotOf(`{${key}}`));
+        try {
+          await move.half();
+          const t0 = Date.now();
+          const r = await backend.release(key, a).catch((e: Error) => e);
+          expect(r).toBeInstanceOf(Error);
+          expect((r as Error).message).toMatch(/TRYAGAIN|redirections/);
+          expect(Date.now() - t0).toBeGreaterThanOrEqual(TRYAGAIN_MS - 50);
+          await move.start();
+          await move.finish();
+          // still held by its holder, as it was: the refused script never ran
+          const info = await backend.inspect(key);
+          expect(info).toMatchObject({ fence: g!.fence, value: 'v1' });
+          expect(info!.remainingMs).toBeGreaterThan(10_000);
+          expect(await backend.release(key, a)).toBe(true);
+          expect(await backend.inspect(key)).toBeNull();
+        } finally {
+          await move.back();
+          await backend.close();
+        }
+      },
+    );
+  },
+);
 
 /** A fresh backend's grant on `key` (the test's backend is closed by then). */
 async function backend2(kind: ClientKind, key: string, token: string) {

@@ -7,15 +7,88 @@
  * declared keys must share one slot; the server still refuses any key this node does not serve
  * (a slot that moved or is migrating): that chunk then takes the slow path.
  *
- * Slow path (Redis 6, or after a refusal): one EXTEND_MANY call per slot; the adapter sends one
- * pipeline per slot owner and follows MOVED/ASK.
+ * Slow path (Redis 6, or after a refusal): one EXTEND_MANY call per slot, every key it touches
+ * declared (a migrating slot then answers TRYAGAIN before the script runs); the adapter sends one
+ * pipeline per slot owner, follows MOVED/ASK and sends a TRYAGAIN again (TryAgainAdapter).
  *
  * `renewalCalls` and `spreadFlags` build and read the EXTEND_MANY calls of a single server's
  * renewal too (there, one pipeline for all of them).
  */
+import { inspect } from 'node:util';
 import type { ExtendItem } from '../../backend.js';
-import { script, type RedisAdapter, type Script, type ScriptCall } from './client.js';
+import { now, sleep } from '../../wait.js';
+import { hidden, script, type MessageListener, type RedisAdapter, type Script, type ScriptCall } from './client.js';
 import { slotOf } from './slots.js';
+
+/**
+ * How long a call that a migrating slot refused with TRYAGAIN is sent again (from when it was
+ * first sent; ioredis's own retries count). The scripts declare every key they touch on a
+ * Cluster, so a TRYAGAIN came before the script ran: sending it again is safe. A reshard moves a
+ * slot's keys in a few round trips, so this is usually over in milliseconds; the engine's
+ * opTimeout bounds the call in any case.
+ */
+export const TRYAGAIN_MS = 2000;
+
+/**
+ * Refused before it ran: TRYAGAIN, or ioredis giving up after redirections whose last answer was
+ * a redirection or a refusal (not a closed connection: a call may have run before that).
+ */
+const isTryAgain = (r: unknown): boolean =>
+  r instanceof Error &&
+  /^(redis: )?(TRYAGAIN|Too many Cluster redirections\. Last error: (ReplyError: )?(MOVED|ASK|TRYAGAIN) )/.test(
+    r.message,
+  );
+
+/**
+ * A Cluster adapter whose calls refused with TRYAGAIN (a slot migrating, and not all of a
+ * script's keys on one node yet) are sent again, backing off from 10 to 200 ms, for up to
+ * TRYAGAIN_MS. node-redis does not retry TRYAGAIN; ioredis does (16 redirections, 100 ms apart
+ * for a TRYAGAIN, then "Too many Cluster redirections", retried here too when its last answer
+ * was a redirection or a refusal).
+ */
+export class TryAgainAdapter implements RedisAdapter {
+  readonly kind: RedisAdapter['kind'];
+  readonly keyPrefix: string;
+  readonly cluster = true;
+  readonly nodeFor?: RedisAdapter['nodeFor'];
+  constructor(private readonly inner: RedisAdapter) {
+    this.kind = inner.kind;
+    this.keyPrefix = inner.keyPrefix;
+    if (inner.nodeFor) this.nodeFor = (slot) => inner.nodeFor!(slot);
+  }
+  async run(calls: readonly ScriptCall[]): Promise<unknown[]> {
+    const until = now() + TRYAGAIN_MS;
+    const res = await this.inner.run(calls);
+    if (!res.some(isTryAgain)) return res;
+    for (let delay = 10; now() < until; delay = Math.min(delay * 2, 200)) {
+      await sleep(delay);
+      const idx: number[] = [];
+      res.forEach((r, i) => isTryAgain(r) && idx.push(i));
+      const again = await this.inner.run(idx.map((i) => calls[i]!));
+      idx.forEach((i, n) => (res[i] = again[n]));
+      if (!res.some(isTryAgain)) break;
+    }
+    return res;
+  }
+  masters(): Promise<RedisAdapter[]> {
+    return this.inner.masters();
+  }
+  subscribe(channel: string, listener: MessageListener): Promise<void> {
+    return this.inner.subscribe(channel, listener);
+  }
+  unsubscribe(channel: string): Promise<void> {
+    return this.inner.unsubscribe(channel);
+  }
+  close(): Promise<void> {
+    return this.inner.close();
+  }
+  [inspect.custom](): string {
+    return hidden(this.kind);
+  }
+  toJSON(): { kind: string } {
+    return { kind: this.kind };
+  }
+}
 
 /**
  * ARGV lock1 token1 ttl1 fenceTtl1 lock2 … → { 1 | 0, … } (keys of any slot this node serves);
@@ -47,6 +120,7 @@ export function renewalCalls(
   extendMany: Script,
   chunk: number,
   fenceTtl: (ttlMs: number) => number,
+  declare = false,
 ): { calls: ScriptCall[]; order: number[][] } {
   const byTtl = new Map<number, number[]>();
   for (const i of idx) {
@@ -60,13 +134,18 @@ export function renewalCalls(
   for (const [ttl, group] of byTtl) {
     for (let i = 0; i < group.length; i += chunk) {
       const part = group.slice(i, i + chunk);
-      const keys: string[] = new Array(part.length);
+      const keys: string[] = new Array(declare ? 3 * part.length : part.length);
       const args: (string | number)[] = new Array(part.length + 2);
       args[0] = ttl;
       args[1] = fenceTtl(ttl);
       for (let n = 0; n < part.length; n++) {
         const it = items[part[n]!]!;
-        keys[n] = `{${it.key}}`;
+        const k = `{${it.key}}`;
+        if (declare) {
+          keys[3 * n] = k;
+          keys[3 * n + 1] = `${k}:v`;
+          keys[3 * n + 2] = `${k}:fence`;
+        } else keys[n] = k;
         args[n + 2] = it.token;
       }
       calls.push({ script: extendMany, keys, args });
@@ -146,7 +225,7 @@ export async function clusterExtend(
   const calls: ScriptCall[] = [];
   const order: number[][] = [];
   for (const idx of bySlot.values()) {
-    const r = renewalCalls(items, idx, extendMany, chunk, fenceTtl);
+    const r = renewalCalls(items, idx, extendMany, chunk, fenceTtl, true);
     calls.push(...r.calls);
     order.push(...r.order);
   }

@@ -38,7 +38,7 @@ import {
 import { Wakeups } from './wakeups.js';
 import { redisAdmin } from './list.js';
 import { Watchers } from './watch.js';
-import { clusterExtend, renewalCalls, spreadFlags } from './cluster.js';
+import { clusterExtend, renewalCalls, spreadFlags, TryAgainAdapter } from './cluster.js';
 
 export { fencedSet, fenceKeyOf, resourceKeyOf } from './fenced.js';
 export { adapt } from './adapt.js';
@@ -143,6 +143,19 @@ interface Binding {
   refreshAt: number;
 }
 
+/**
+ * ACQUIRE's and RELEASE's keys on a Cluster: every key they may touch (scripts.ts, ACQUIRE, says
+ * why); a single server passes the lock and its fence counter only.
+ */
+const declared = (lock: string): string[] => [
+  lock,
+  `${lock}:fence`,
+  `${lock}:q`,
+  `${lock}:qx`,
+  `${lock}:v`,
+  `${lock}:qv`,
+];
+
 /** A backend over one Redis server, through the caller's ioredis or node-redis client (never closed by us). */
 export function redis(client: RedisClientLike, options?: RedisOptions): RedisBackend {
   const o = checkOptions<RedisOptions>(options, ['lingerMs', 'placeTtl', 'fenceIdle', 'session'], 'redis');
@@ -152,7 +165,8 @@ export function redis(client: RedisClientLike, options?: RedisOptions): RedisBac
   if (placeMs < 300) throw new InvalidArgumentError(`redis: placeTtl must be at least 300ms, got ${placeMs}ms`);
   const fenceIdleMs = o.fenceIdle === undefined ? 86_400_000 : toMs(o.fenceIdle, 'redis: fenceIdle');
   if (fenceIdleMs < 1000) throw new InvalidArgumentError(`redis: fenceIdle must be at least 1s, got ${fenceIdleMs}ms`);
-  const adapter = adapt(client, 'redis(client)');
+  const found = adapt(client, 'redis(client)');
+  const adapter = found.cluster ? new TryAgainAdapter(found) : found;
   if (session && adapter.cluster) {
     throw new InvalidArgumentError(
       'redis: session renewal needs a single server or Sentinel; on Redis Cluster leases are renewed per master',
@@ -264,7 +278,7 @@ export class RedisBackend implements Backend {
             }
           : {
               script: ACQUIRE,
-              keys: [lock, `${lock}:fence`],
+              keys: this.adapter.cluster ? declared(lock) : [lock, `${lock}:fence`],
               args: [token, req.ttlMs, fenceIdleMs, value, member, placeMs, claimMs, changed],
             },
       ]);
@@ -415,7 +429,7 @@ export class RedisBackend implements Backend {
     const [r] = await this.adapter.run([
       {
         script: RELEASE,
-        keys: [lock, `${lock}:fence`],
+        keys: this.adapter.cluster ? declared(lock) : [lock, `${lock}:fence`],
         args: [token, this.cfg.claimMs, this.cfg.fenceIdleMs, `${lock}:changed`],
       },
     ]);

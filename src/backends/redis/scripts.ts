@@ -141,16 +141,20 @@ end
 export const HEAD = SESSION + MINT + QUEUE;
 
 /**
- * KEYS lock fence [session]; ARGV token ttl fenceIdle value(''=none) member(''=do not queue)
- * place claim changed [lockPx create(0|1)] → fence as a string (granted) | -pttl of the holder
- * (0 if unknown): refused | { -pttl, server µs }: refused and queued | 'gone': the session
- * (KEYS[3]) lapsed, nothing was done. The lock's other keys (`:q`, `:qx`, `:v`, `:qv`) are named
- * from KEYS[1] here, in its slot: every argument costs the server and the client on each call
- * (~0.13 µs per argument in Redis alone), and this is the hottest call. The lock and its fence
- * counter are declared: while a Cluster slot is half-migrated, a node that lacks either refuses
- * the script (ASK, TRYAGAIN) before it runs, so no fence is minted without the counter (from
- * another node's clock). The `changed` channel stays an argument: a client's keyPrefix goes on
- * KEYS, never on channels. `create`
+ * KEYS lock fence [session] | lock fence q qx v qv (Redis Cluster); ARGV token ttl fenceIdle
+ * value(''=none) member(''=do not queue) place claim changed [lockPx create(0|1)] → fence as a
+ * string (granted) | -pttl of the holder (0 if unknown): refused | { -pttl, server µs }: refused
+ * and queued | 'gone': the session (KEYS[3]) lapsed, nothing was done. On a single server the
+ * lock's other keys (`:q`, `:qx`, `:v`, `:qv`) are named from KEYS[1] here, in its slot: every
+ * argument costs the server and the client on each call (~0.13 µs per argument in Redis alone),
+ * and this is the hottest call. On a Cluster every key the script may touch is declared: while
+ * a slot is migrating, a node runs a script only if it has all of its declared keys, and refuses
+ * it with TRYAGAIN (or sends it on with ASK) before it runs otherwise, so nothing is written on a
+ * half view of the lock (no fence minted without the counter, from another node's clock; no
+ * grant past a queue that moved) and the caller may simply send it again (docs/redis.md,
+ * "Resharding"). An undeclared key the node lacks would stop the script part-way instead ("non
+ * local key"). The `changed` channel stays an argument: a client's keyPrefix goes on KEYS, never
+ * on channels. `create`
  * makes a missing session key: only until the first reply about a new session came back.
  * With a session the lock is `<token>|<session key>` with the long PX lockPx (a bound on how
  * long the key of a dead session lingers), and the attempt sets the session's expiry to ttl; a
@@ -167,7 +171,9 @@ export const ACQUIRE = script(
     `
 local L = KEYS[1]
 local ttl = tonumber(ARGV[2])
-local px, val, S = ttl, ARGV[1], KEYS[3]
+local px, val, S, Q, V = ttl, ARGV[1], KEYS[3], L .. ':q', L .. ':v'
+-- a Cluster declares every key (lock fence q qx v qv); it has no session
+if KEYS[4] then S, Q, V = nil, KEYS[3], KEYS[5] end
 if S then
   if redis.call('PEXPIRE', S, ttl) == 0 then
     if ARGV[10] ~= '1' then return 'gone' end
@@ -177,7 +183,7 @@ if S then
   val = ARGV[1] .. '|' .. S
 end
 local idle = math.max(tonumber(ARGV[3]), px)
-local Q, F, V, changed = L .. ':q', KEYS[2], L .. ':v', ARGV[8]
+local F, changed = KEYS[2], ARGV[8]
 local member, queue = ARGV[5], ARGV[5] ~= ''
 local function grant(us)
   if ARGV[4] ~= '' then redis.call('SET', V, ARGV[4], 'PX', px) end
@@ -192,7 +198,7 @@ if free and redis.call('SET', L, val, 'NX', 'PX', px) then return grant() end
     SESSION +
     QUEUE +
     `
-local QX, QV = L .. ':qx', L .. ':qv'
+local QX, QV = KEYS[4] or L .. ':qx', KEYS[6] or L .. ':qv'
 local function unqueue()
   redis.call('ZREM', Q, member)
   redis.call('ZREM', QX, member)
@@ -247,26 +253,35 @@ return -math.max(left(L, held), 0)
 );
 
 /**
- * KEYS lock1 lock2 …; ARGV ttl fenceTtl token1 token2 … → { 1 | 0, … }. Token-checked PEXPIRE of
- * many leases of one TTL in one call: each lock and its value (`<lock>:v`) get the ttl, its fence
- * counter (`<lock>:fence`, in the lock's slot) lives at least fenceTtl. Two strings per lease on
- * the wire, whatever the number of leases: the renewal's cost is per lease, so it is kept small.
- * A lock that hangs off a live session leaves it: it gets its own expiry (a lease extended by
- * itself). On a Cluster, all KEYS of one call share a slot (the caller groups them).
+ * KEYS lock1 lock2 … | lock1 v1 fence1 lock2 … (Redis Cluster: declared, as ACQUIRE says why);
+ * ARGV ttl fenceTtl token1 token2 … → { 1 | 0, … }. Token-checked PEXPIRE of many leases of one
+ * TTL in one call: each lock and its value (`<lock>:v`) get the ttl, its fence counter
+ * (`<lock>:fence`, in the lock's slot) lives at least fenceTtl. Two strings per lease on the wire
+ * on a single server, whatever the number of leases: the renewal's cost is per lease, so it is
+ * kept small. A lock that hangs off a live session leaves it: it gets its own expiry (a lease
+ * extended by itself). On a Cluster, all KEYS of one call share a slot (the caller groups them).
  */
 export const EXTEND_MANY = script(
   SESSION +
     `
 local ttl, fttl = ARGV[1], ARGV[2]
+-- 1 key per lease, or 3 (lock v fence: a Cluster declares them)
+local step = #KEYS / (#ARGV - 2)
 local out = {}
-for i = 1, #KEYS do
-  local k, t = KEYS[i], ARGV[i + 2]
+for i = 1, #ARGV - 2 do
+  local at = (i - 1) * step + 1
+  local k, t = KEYS[at], ARGV[i + 2]
   local cur = redis.call('GET', k)
   if cur and alive(cur) == t then
     if cur ~= t then redis.call('SET', k, t, 'PX', ttl) -- leaves its session
     else redis.call('PEXPIRE', k, ttl) end
-    redis.call('PEXPIRE', k .. ':v', ttl)
-    redis.call('PEXPIRE', k .. ':fence', fttl)
+    if step == 3 then
+      redis.call('PEXPIRE', KEYS[at + 1], ttl)
+      redis.call('PEXPIRE', KEYS[at + 2], fttl)
+    else
+      redis.call('PEXPIRE', k .. ':v', ttl)
+      redis.call('PEXPIRE', k .. ':fence', fttl)
+    end
     out[i] = 1
   else
     out[i] = 0
@@ -277,10 +292,11 @@ return out
 );
 
 /**
- * KEYS lock fence; ARGV token claim fenceIdle changed → 1 | 0. Token-checked delete (of the lock
- * and its `:v`); tells watchers on `changed`; hands the lock to the queue's first live waiter
- * (one message). The other keys are named from KEYS[1], in its slot (as in ACQUIRE, which also
- * says why the fence counter is declared: a hand-over mints a fence).
+ * KEYS lock fence | lock fence q qx v qv (Redis Cluster); ARGV token claim fenceIdle changed →
+ * 1 | 0. Token-checked delete (of the lock and its `:v`); tells watchers on `changed`; hands the
+ * lock to the queue's first live waiter (one message). On a single server the other keys are
+ * named from KEYS[1], in its slot (as in ACQUIRE, which also says why a Cluster declares them
+ * all, and why the fence counter is always declared: a hand-over mints a fence).
  */
 export const RELEASE = script(
   ALIVE +
@@ -292,7 +308,7 @@ if who ~= ARGV[1] then
   if not (cur and not who) then return 0 end
   -- its session lapsed: the lock is free, and goes on as at a release (the caller's was not it)
 end
-local V, Q, changed = L .. ':v', L .. ':q', ARGV[4]
+local V, Q, changed = KEYS[5] or L .. ':v', KEYS[3] or L .. ':q', ARGV[4]
 redis.call('DEL', L, V)
 redis.call('PUBLISH', changed, 'r')
 if redis.call('EXISTS', Q) == 1 then
@@ -300,7 +316,7 @@ if redis.call('EXISTS', Q) == 1 then
     MINT +
     QUEUE +
     `
-  hand_over(L, KEYS[2], Q, L .. ':qx', V, L .. ':qv', changed, tonumber(ARGV[2]), tonumber(ARGV[3]), now_ms())
+  hand_over(L, KEYS[2], Q, KEYS[4] or L .. ':qx', V, KEYS[6] or L .. ':qv', changed, tonumber(ARGV[2]), tonumber(ARGV[3]), now_ms())
 end
 if who ~= ARGV[1] then return 0 end
 return 1
