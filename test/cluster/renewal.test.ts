@@ -10,7 +10,7 @@ import { redis } from '../../src/backends/redis/index.js';
 import { slotOf } from '../../src/backends/redis/slots.js';
 import { createLocks, type Lease } from '../../src/index.js';
 import { healed } from '../support/failover.js';
-import { ClusterClients, ownerOf } from '../support/cluster.js';
+import { ClusterClients, ownerOf, slotMover } from '../support/cluster.js';
 import type { ClientKind } from '../support/redis.js';
 
 const clients = new ClusterClients();
@@ -370,63 +370,6 @@ async function backend2(kind: ClientKind, key: string, token: string) {
   } finally {
     await b.close();
   }
-}
-
-/** Moves `slot` to another master by hand (as `redis-cli --cluster reshard` does), and back. */
-async function slotMover(admin: any, slot: number) {
-  const nodes = admin.nodes('master') as any[];
-  const ids = new Map<any, string>();
-  for (const n of nodes) ids.set(n, String(await n.cluster('MYID')));
-  let from: any;
-  for (const n of nodes) if (Number(await n.cluster('COUNTKEYSINSLOT', slot)) > 0) from = n;
-  const to = nodes.find((n) => n !== from)!;
-  const migrate = async (src: any, dst: any) => {
-    await dst.cluster('SETSLOT', slot, 'IMPORTING', ids.get(src));
-    await src.cluster('SETSLOT', slot, 'MIGRATING', ids.get(dst));
-    const keys: string[] = await src.cluster('GETKEYSINSLOT', slot, 1000);
-    if (keys.length) await src.migrate(dst.options.host, dst.options.port, '', 0, 5000, 'KEYS', ...keys);
-  };
-  const every = admin.nodes('all') as any[];
-  const ownerSeenBy = async (n: any): Promise<string | null> => {
-    const ranges = (await n.cluster('SLOTS')) as [number, number, [string, number]][];
-    const r = ranges.find(([a, b]) => a <= slot && slot <= b);
-    return r ? `${r[2][0]}:${r[2][1]}` : null;
-  };
-  const settle = async (dst: any) => {
-    const addr = `${dst.options.host}:${dst.options.port}`;
-    for (const n of nodes) await n.cluster('SETSLOT', slot, 'NODE', ids.get(dst));
-    // until every node says dst serves the slot: a new owner that did not know the old owner's
-    // higher config epoch yet keeps its own, and a late gossip message of the old owner then
-    // takes the slot back on some nodes (MOVED both ways, for good). The new owner bumps its
-    // epoch above all it knows of, and a node that still disagrees is told again.
-    for (let i = 0; i < 100; i++) {
-      await dst.cluster('BUMPEPOCH');
-      const views = await Promise.all(every.map(ownerSeenBy));
-      if (views.every((v) => v === addr)) return;
-      for (const [j, n] of every.entries()) {
-        if (views[j] !== addr && nodes.includes(n))
-          await n.cluster('SETSLOT', slot, 'NODE', ids.get(dst)).catch(() => {});
-      }
-      await new Promise((r) => setTimeout(r, 50));
-    }
-    throw new Error(`slot ${slot}: the nodes did not agree that ${addr} serves it`);
-  };
-  return {
-    source: from,
-    target: to,
-    /** Only the slot states (MIGRATING / IMPORTING): no key moves. */
-    half: async () => {
-      await to.cluster('SETSLOT', slot, 'IMPORTING', ids.get(from));
-      await from.cluster('SETSLOT', slot, 'MIGRATING', ids.get(to));
-    },
-    start: () => migrate(from, to),
-    finish: () => settle(to),
-    back: async () => {
-      await migrate(to, from).catch(() => {});
-      await settle(from);
-      for (const n of nodes) await n.cluster('SETSLOT', slot, 'STABLE');
-    },
-  };
 }
 
 test('ioredis Cluster: 30 acquires at once, on keys of 3 masters, are one write per master', async () => {

@@ -10,6 +10,7 @@
  *   LEASEHOLD_FAULTS_TTL   lease ttl (default 500)
  *   LEASEHOLD_FAULTS_SEED  the schedule's seed (default: random, printed on failure)
  */
+import { readFileSync } from 'node:fs';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { Harness, type ScenarioResult } from './harness.js';
 import { verdictLine } from './report.js';
@@ -28,6 +29,29 @@ afterAll(() => harness.close(), 30_000);
 const explain = (r: ScenarioResult) =>
   `${verdictLine(r)}\nreproduce: LEASEHOLD_FAULTS_SEED=${r.seed} npx vitest run test/faults/faults.test.ts -t "${r.scenario}"` +
   ` (timeline: ${r.files[0] ?? 'none'})`;
+
+/**
+ * The calls of a run that failed with an error, from its timeline: an acquire the run's stop
+ * aborted is not one, nor a lease that ran out while its renewal waited (that is signalled and
+ * fenced, and the checker judges it).
+ */
+function failedCalls(r: ScenarioResult): string[] {
+  const { history } = JSON.parse(
+    readFileSync(
+      r.files.find((f) => f.endsWith('.json'))!,
+      'utf8',
+    ),
+  ) as {
+    history: { t: number; p: number; type: string; f: string; value?: { ok?: boolean; error?: string } }[];
+  };
+  return history
+    .filter(
+      (e) =>
+        (e.type === 'fail' && (e.f === 'release' || (e.f === 'acquire' && !/AbortError/.test(e.value?.error ?? '')))) ||
+        (e.f === 'renew' && e.value?.ok === false && e.value.error !== undefined),
+    )
+    .map((e) => `${e.t.toFixed(0)} ms p${e.p} ${e.f}: ${e.value?.error ?? 'failed'}`);
+}
 
 describe.each(BACKENDS)('faults: %s', (backend) => {
   // the baseline (no faults) runs in torture; every scenario here has quiet stretches anyway.
@@ -56,6 +80,7 @@ describe.each(BACKENDS)('faults: %s', (backend) => {
         expect(r.verdict!.violations, explain(r)).toEqual([]);
         expect(r.verdict!.counts.acquisitions, explain(r)).toBeGreaterThan(0);
         expect(r.verdict!.counts.writesAccepted, explain(r)).toBeGreaterThan(0);
+        if (s.callsSucceed) expect(failedCalls(r), explain(r)).toEqual([]);
       },
       60_000,
     );

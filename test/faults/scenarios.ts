@@ -26,6 +26,12 @@ export interface Scenario {
    * Higher for faults of servers and the network, so that leases are held across them.
    */
   longGaps?: number;
+  /**
+   * The fault must not make a call fail with an error: no renewal or release throws, and an
+   * acquire fails only when the run stops it (test/faults/faults.test.ts reads the timeline). A
+   * lease may still run out while its renewal waits (signalled, fenced: the checker's part).
+   */
+  callsSucceed?: boolean;
   skip?(env: Env): Promise<string | null>;
   run(ctx: Ctx): Promise<void>;
 }
@@ -426,6 +432,48 @@ export const SCENARIOS: readonly Scenario[] = [
         ctx.record('promoted', { from, to });
         await ctx.env.heal();
         ctx.record('replica-back', { port: from });
+      }
+    },
+  },
+  {
+    name: 'reshard',
+    longGaps: 0.25,
+    backends: ['cluster'],
+    overlaps: 'forbidden',
+    callsSucceed: true,
+    about:
+      "move the lock key's slot to another master by hand, as redis-cli --cluster reshard does (IMPORTING and " +
+      'MIGRATING, 20-300 ms (at most a quarter of the ttl) with no key moved yet, MIGRATE of its keys, SETSLOT NODE), again and again while the ' +
+      'contenders acquire, renew and release: the calls on the slot wait out each move, nothing is granted twice',
+    async run(ctx) {
+      const { ClusterClients, ownerOf, slotMover } = await import('../support/cluster.js');
+      const { slotOf } = await import('../../src/backends/redis/slots.js');
+      const clients = new ClusterClients();
+      const admin = await clients.make('ioredis');
+      const slot = slotOf(`{${ctx.fullKey}}`);
+      const home = await ownerOf(admin, slot);
+      try {
+        while (await ctx.sleep(between(ctx, ctx.ttlMs / 4, ctx.ttlMs))) {
+          const move = await slotMover(admin, slot);
+          ctx.record('reshard-start', { fault: true, slot });
+          await move.half();
+          // a move is always finished, even when the scenario's time is up meanwhile
+          await new Promise((r) => setTimeout(r, between(ctx, 20, Math.min(300, ctx.ttlMs / 4))));
+          await move.start();
+          await move.finish();
+          ctx.record('reshard-done', { slot });
+        }
+      } finally {
+        // the slot goes back where it was: later files find the Cluster as the services made it
+        try {
+          if ((await ownerOf(admin, slot)) !== home) {
+            const move = await slotMover(admin, slot, home);
+            await move.start();
+            await move.finish();
+          }
+        } finally {
+          await clients.closeAll();
+        }
       }
     },
   },

@@ -41,7 +41,7 @@ const isTryAgain = (r: unknown): boolean =>
 
 /**
  * A Cluster adapter whose calls refused with TRYAGAIN (a slot migrating, and not all of a
- * script's keys on one node yet) are sent again, backing off from 10 to 200 ms, for up to
+ * script's keys on one node yet) are sent again, backing off from 10 to 100 ms, for up to
  * TRYAGAIN_MS. node-redis does not retry TRYAGAIN; ioredis does (16 redirections, 100 ms apart
  * for a TRYAGAIN, then "Too many Cluster redirections", retried here too when its last answer
  * was a redirection or a refusal).
@@ -60,7 +60,7 @@ export class TryAgainAdapter implements RedisAdapter {
     const until = now() + TRYAGAIN_MS;
     const res = await this.inner.run(calls);
     if (!res.some(isTryAgain)) return res;
-    for (let delay = 10; now() < until; delay = Math.min(delay * 2, 200)) {
+    for (let delay = 10; now() < until; delay = Math.min(delay * 2, 100)) {
       await sleep(delay);
       const idx: number[] = [];
       res.forEach((r, i) => isTryAgain(r) && idx.push(i));
