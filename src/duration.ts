@@ -39,16 +39,19 @@ export const MAX_DURATION_MS = 2_147_483_647;
 export const MIN_RENEWABLE_TTL_MS = 1000;
 
 /** Parses a duration string to (fractional) milliseconds, or explains why not. */
-function parse(text: string, name: string): number {
+function parse(text: string, name: string, allowZero: boolean): number {
   const s = text.trim().toLowerCase();
   if (s.length === 0 || s.length > 100)
     throw new InvalidArgumentError(`${name}: "${clip(text)}" is not a duration (${HINT})`);
+  // a negative number (with a unit or not) is told as such, not as a missing unit
+  if (/^-\s*\.?\d/.test(s))
+    throw new InvalidArgumentError(`${name} must be ${allowZero ? '≥ 0' : '> 0'}, got "${clip(text)}"`);
   if (BARE.test(s)) {
     throw new InvalidArgumentError(
       `${name}: "${text}" has no unit; pass a number (${s}) for milliseconds or add a unit ('${s}ms', '${s}s')`,
     );
   }
-  if (s.startsWith('-')) throw new InvalidArgumentError(`${name} must be > 0, got "${text}"`);
+  if (s.startsWith('-')) throw new InvalidArgumentError(`${name}: "${clip(text)}" is not a duration (${HINT})`);
   let total = 0;
   let at = 0;
   PART.lastIndex = 0;
@@ -78,7 +81,7 @@ export function toMs(value: unknown, name: string, { allowZero = false } = {}): 
   if (typeof value === 'number') {
     ms = value;
   } else if (typeof value === 'string') {
-    ms = parse(value, name);
+    ms = parse(value, name, allowZero);
   } else {
     throw new InvalidArgumentError(`${name} must be ${HINT}; got ${value === null ? 'null' : typeof value}`);
   }

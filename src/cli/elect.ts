@@ -5,6 +5,7 @@
  */
 import { LeaseLostError } from '../index.js';
 import { checkKey } from '../validate.js';
+import { sleep } from '../wait.js';
 import { CliError, defaultHolder, duration, EXIT, openLocks, say, toCliError, type BackendFlags } from './common.js';
 import { leaseEnv, outcome, start } from './run.js';
 import { exitCodeOf, onStopSignals, type Supervised } from './supervise.js';
@@ -46,20 +47,27 @@ export async function elect(name: string, command: string[], flags: ElectFlags):
         if (stopping.signal.aborted && stopSignal) return exitCodeOf({ code: null, signal: stopSignal });
         throw toCliError(e);
       }
-      say(`leading "${name}" as ${value} (fence ${term.fence}); starting the command`);
-      const c = start(command, leaseEnv(term, { LEASEHOLD_LEADER: value }), graceMs);
-      child = c;
       let demoted = false;
-      term.signal.addEventListener(
-        'abort',
-        () => {
-          if (!(term.signal.reason instanceof LeaseLostError)) return;
-          demoted = true;
-          say(`demoted: ${term.signal.reason.message}; stopping the command and campaigning again`);
-          void c.stop(graceMs);
-        },
-        { once: true },
-      );
+      // as in run: the listener goes on before the command starts, and a term lost meanwhile
+      // (its signal already aborted) is caught right after, so no command runs unaware of it
+      const onLost = () => {
+        if (demoted || !(term.signal.reason instanceof LeaseLostError)) return;
+        demoted = true;
+        if (!child) return;
+        say(`demoted: ${term.signal.reason.message}; stopping the command and campaigning again`);
+        void child.stop(graceMs);
+      };
+      term.signal.addEventListener('abort', onLost, { once: true });
+      if (term.signal.aborted) onLost();
+      if (demoted) {
+        say(`demoted before the command started: ${term.signal.reason.message}; campaigning again`);
+        // a pause of one ttl (10 ms at least), not a busy loop, when a term cannot outlive its start
+        await sleep(Math.max(10, ttlMs), stopping.signal).catch(() => {});
+        continue;
+      }
+      say(`leading "${name}" as ${value} (fence ${term.fence}); starting the command`);
+      const c = (child = start(command, leaseEnv(term, { LEASEHOLD_LEADER: value }), graceMs));
+      if (term.signal.aborted) onLost(); // lost while the command was being started
       const exit = await outcome(c, command[0]!);
       child = null;
       if (demoted && !stopSignal) continue;

@@ -1,7 +1,7 @@
 /** The `leasehold` command line: parses, dispatches, and turns every failure into one line and an exit code. */
 import { readFileSync } from 'node:fs';
 import { Command, CommanderError, Option } from 'commander';
-import { CliError, EXIT, say, toCliError, usage } from './common.js';
+import { CliError, EXIT, redact, say, toCliError, usage } from './common.js';
 import { demo } from './demo.js';
 import { demoWorker } from './demo-worker.js';
 import { elect } from './elect.js';
@@ -55,7 +55,8 @@ export function program(args: readonly string[], result: { code: number }): Comm
     .showSuggestionAfterError(true)
     .exitOverride()
     .configureOutput({
-      outputError: (s, write) => write(`leasehold: ${s.replace(/^error: /, '').trim()}\n`),
+      // commander quotes what it could not parse: a mistyped option may carry a URL's password
+      outputError: (s, write) => write(`leasehold: ${redact(s.replace(/^error: /, '').trim())}\n`),
     })
     .addHelpText(
       'after',

@@ -98,19 +98,25 @@ export async function run(key: string, command: string[], flags: RunFlags): Prom
       throw new CliError(why, EXIT.BUSY);
     }
     const held = lease;
-    child = start(command, leaseEnv(held), graceMs);
-    const c = child;
     let lost: LeaseLostError | null = null;
-    held.signal.addEventListener(
-      'abort',
-      () => {
-        if (!(held.signal.reason instanceof LeaseLostError)) return;
-        lost = held.signal.reason;
-        say(`${lost.message}; stopping the command (SIGTERM, then SIGKILL after ${formatMs(graceMs)})`);
-        void c.stop(graceMs);
-      },
-      { once: true },
-    );
+    // the listener goes on before the command starts, and a lease lost meanwhile (its signal
+    // already aborted: a listener added now would never run) is caught right after: otherwise
+    // the command would run on, unaware, next to the lock's next holder
+    const onLost = () => {
+      if (lost || !(held.signal.reason instanceof LeaseLostError)) return;
+      lost = held.signal.reason;
+      if (!child) return; // not started: said below
+      say(`${lost.message}; stopping the command (SIGTERM, then SIGKILL after ${formatMs(graceMs)})`);
+      void child.stop(graceMs);
+    };
+    held.signal.addEventListener('abort', onLost, { once: true });
+    if (held.signal.aborted) onLost();
+    if (lost) {
+      say(`${(lost as LeaseLostError).message}; the command was not started`);
+      throw new CliError('', EXIT.LOST);
+    }
+    const c = (child = start(command, leaseEnv(held), graceMs));
+    if (held.signal.aborted) onLost(); // lost while the command was being started
     const exit = await outcome(c, command[0]!);
     await held.release().catch(() => false);
     if (lost) throw new CliError('', EXIT.LOST); // said when it happened

@@ -124,8 +124,12 @@ describe('secrets', () => {
         '--url',
         `redis://b:${SECRET}@127.0.0.1:7001`,
       ]),
+      // a mistyped option: commander quotes it (before, with the password)
+      await cli(['status', `--uri=redis://u:${SECRET}@127.0.0.1:1`]),
+      await cli(['status', 'extra', `redis://u:${SECRET}@127.0.0.1:1`]),
     ];
-    expect(outputs.map((o) => o.code)).toEqual([69, 69, 0, 0, 69, 64, 64]);
+    expect(outputs.map((o) => o.code)).toEqual([69, 69, 0, 0, 69, 64, 64, 64, 64]);
+    expect(outputs[7]!.stderr).toContain("unknown option '--uri=redis://***@127.0.0.1:1'");
     for (const o of outputs) expect(o.stdout + o.stderr).not.toContain(SECRET);
     expect(outputs[0]!.stderr).toContain('redis://***@127.0.0.1:1/0');
   });
@@ -162,6 +166,24 @@ describe('elect', () => {
     expect(lines.filter((l) => l.ev === 'term' && l.tag === 'b')).toHaveLength(1);
     b.proc.kill('SIGTERM');
     expect((await b.done).code).toBe(143);
+  }, 60_000);
+});
+
+describe('elect, a term lost before its command starts', () => {
+  test('ttl 1ms: the command never runs; the candidate campaigns again, pausing a ttl (not a busy loop)', async () => {
+    const db = dbs.path();
+    const log = dbs.path('elect-lost.log');
+    const env = { LEASEHOLD_URL: `sqlite:${db}`, JOB_LOG: log, JOB_MS: '300' };
+    const a = start(['elect', 'lapsing', '--ttl', '1ms', '--', process.execPath, JOB], env);
+    await until(() => /demoted before the command started/.test(a.stderr()), 15_000, 'a demotion');
+    await new Promise((r) => setTimeout(r, 1000));
+    a.proc.kill('SIGTERM');
+    const done = await a.done;
+    expect(readLog(log)).toEqual([]); // before, every term ran the command (exit 0, leader or not)
+    const lines = done.stderr.trim().split('\n');
+    expect(lines.length).toBeGreaterThanOrEqual(2);
+    expect(lines.length).toBeLessThan(150); // at most one term per 10 ms
+    for (const l of lines) expect(l).toMatch(/demoted before the command started: lease on "election:lapsing" lost/);
   }, 60_000);
 });
 

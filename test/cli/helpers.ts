@@ -27,6 +27,8 @@ export interface Done {
 export interface Running {
   proc: ChildProcess;
   done: Promise<Done>;
+  /** What it has written to stderr so far. */
+  stderr(): string;
 }
 
 const live = new Set<ChildProcess>();
@@ -49,7 +51,7 @@ export function start(args: string[], env: Record<string, string | undefined> = 
       resolve({ code, signal, stdout, stderr, ms: performance.now() - t0 });
     }),
   );
-  return { proc, done };
+  return { proc, done, stderr: () => stderr };
 }
 
 /** Runs `leasehold <args>` to the end. */

@@ -21,7 +21,9 @@ export function admin({ key, full, locks, raw }: RecipeContext): void {
     }
     const k = key();
     const holder = await locks({ ttl: 900 }); // renewal every 300 ms
-    const lease = await holder.acquire(k);
+    // with a holder value where the backend keeps one: the break says whose lock it was
+    const value = probe.capabilities.value ? 'holder-a' : undefined;
+    const lease = await holder.acquire(k, value === undefined ? {} : { value });
     const waiter = await locks({ ttl: 900 });
     const waiting = waiter.acquire(k, { wait: '10s' });
     waiting.catch(() => {}); // may reject before it is awaited below
@@ -30,6 +32,7 @@ export function admin({ key, full, locks, raw }: RecipeContext): void {
     const t0 = performance.now();
     const broken = await probe.forceRelease(full(k));
     expect(broken).toMatchObject({ key: full(k), fence: lease.fence });
+    expect(broken?.value).toBe(value);
     expect(JSON.stringify(broken, (_, v) => (typeof v === 'bigint' ? String(v) : v))).not.toContain(lease.token);
     const next = await waiting;
     expect(next.fence > lease.fence).toBe(true);

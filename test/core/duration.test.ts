@@ -67,6 +67,13 @@ describe('durations', () => {
     expect(() => toMs(input, 'ttl')).toThrow(InvalidArgumentError);
   });
 
+  test('a negative string is told as one, never as a missing unit; "--" is not a duration', () => {
+    expect(() => toMs('-1', 'ttl')).toThrow(/^ttl must be > 0, got "-1"$/);
+    expect(() => toMs('-1s', 'wait', { allowZero: true })).toThrow(/^wait must be ≥ 0, got "-1s"$/);
+    expect(() => toMs('- 2.5 minutes', 'ttl')).toThrow(/^ttl must be > 0, got "- 2.5 minutes"$/);
+    expect(() => toMs('--', 'ttl')).toThrow(/^ttl: "--" is not a duration \(/);
+  });
+
   test('zero is allowed only where asked (waits)', () => {
     expect(toMs(0, 'wait', { allowZero: true })).toBe(0);
     expect(toMs('0s', 'wait', { allowZero: true })).toBe(0);

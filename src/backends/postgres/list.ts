@@ -20,9 +20,12 @@ const undefinedTable = (e: unknown) => (e as { code?: string }).code === '42P01'
 
 export function postgresAdmin(db: Db, quotedSchema: string, channel: string) {
   const sql = statements(quotedSchema);
-  const fenceOf = async (key: string): Promise<bigint> => {
-    const rows = await db.query(`SELECT fence::text AS fence FROM ${sql.holders} WHERE key = $1::text`, [key]);
-    return BigInt(String(rows[0]?.fence ?? '0'));
+  /** The holder row's fence and value (the value as `status` shows it), read before a break. */
+  const rowOf = async (key: string): Promise<{ fence: bigint; value?: string }> => {
+    const rows = await db.query(`SELECT fence::text AS fence, value FROM ${sql.holders} WHERE key = $1::text`, [key]);
+    const fence = BigInt(String(rows[0]?.fence ?? '0'));
+    const value = rows[0]?.value;
+    return typeof value === 'string' ? { fence, value } : { fence };
   };
   return {
     async *list(prefix: string): AsyncIterable<LockInfo> {
@@ -44,7 +47,8 @@ export function postgresAdmin(db: Db, quotedSchema: string, channel: string) {
       try {
         const holders = (await db.query(HELD)).filter((r) => r.classid === classid && r.objid === objid);
         if (holders.length === 0) return null;
-        const fence = await fenceOf(key).catch(() => 0n); // before: a waiter bumps it once the lock is free
+        // before: a waiter bumps the fence once the lock is free
+        const row = await rowOf(key).catch(() => ({ fence: 0n }));
         const version = Number((await db.query(`SELECT current_setting('server_version_num') AS v`))[0]?.v);
         // from 14 on, wait (up to 5 s) until the session is gone and its lock with it
         const terminate = version >= 140000 ? `pg_terminate_backend($1::int, 5000)` : `pg_terminate_backend($1::int)`;
@@ -55,7 +59,7 @@ export function postgresAdmin(db: Db, quotedSchema: string, channel: string) {
         }
         if (!done) throw new BackendError(`postgres: the session holding "${key}" could not be terminated`);
         await db.query(`SELECT pg_notify($1::text, $2::text)`, [channel, advisoryKey(key).toString()]);
-        return { key, fence, remainingMs: -1 };
+        return { key, ...row, remainingMs: -1 };
       } catch (e) {
         throw backendError(e, 'forceRelease');
       }
