@@ -11,6 +11,7 @@ import { InvalidArgumentError, NotLeaderError } from '../errors.js';
 import type { Lease } from '../lease.js';
 import { checkKey, checkOptions, checkSignal, checkString } from '../validate.js';
 import { MAX_DURATION_MS } from '../duration.js';
+import { sleep } from '../wait.js';
 
 /** A term of leadership: a lease on the election's key. */
 export type Term = Lease;
@@ -120,6 +121,14 @@ export class ElectionImpl extends EventEmitter implements Election {
           wait: MAX_DURATION_MS,
           signal,
         });
+        if (term.signal.aborted) {
+          // lost before it could lead (a ttl shorter than the grant took): a listener added now
+          // would never run, so neither 'elected' nor 'demoted' would be true; campaign again,
+          // after a pause of one ttl (10 ms at least; 10 ms with the Locks' default ttl) rather than a
+          // busy loop
+          await sleep(Math.max(10, this.opts.ttl === undefined ? 0 : toMs(this.opts.ttl, 'ttl')), signal);
+          continue;
+        }
         this.term = term;
         term.signal.addEventListener(
           'abort',

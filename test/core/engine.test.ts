@@ -356,3 +356,25 @@ describe('local waiters', () => {
     await b.release();
   });
 });
+
+describe('election: a term lost before it could lead', () => {
+  test('campaign never returns a term that is already lost, and emits neither elected nor demoted for it', async () => {
+    // ttl 2 ms: the lease's validity (ttl minus the drift allowance) has passed when it is granted.
+    // Before, campaign returned that dead term and 'demoted' never came (a listener added to an
+    // already-aborted signal never runs): a leader that never learns it is not one
+    const locks = createLocks(memory(), { ttl: 2 });
+    try {
+      const e = locks.elect('lapsing', { value: 'a' });
+      const events: string[] = [];
+      e.on('elected', () => events.push('elected'));
+      e.on('demoted', () => events.push('demoted'));
+      const t0 = performance.now();
+      await expect(e.campaign({ signal: AbortSignal.timeout(300) })).rejects.toThrow();
+      expect(performance.now() - t0).toBeGreaterThanOrEqual(250); // it campaigned on, until the signal
+      expect(events).toEqual([]);
+      expect(await e.leader()).toBeNull();
+    } finally {
+      await locks.close();
+    }
+  });
+});
