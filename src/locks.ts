@@ -254,8 +254,11 @@ class LocksImpl implements Locks, LeaseHost {
       await this.quietRelease(lease);
       throw e;
     }
-    const lost = lease.lostError;
-    const closedUnder = !lost && lease.state !== 'held' && this.closing.signal.aborted;
+    // `held` first: it marks a lease past its validity lost now, even when fn stalled the event
+    // loop past the TTL and no timer has run since (`lostError` alone would miss that)
+    const held = lease.held;
+    const lost = held ? null : lease.lostError;
+    const closedUnder = !held && !lost && lease.state !== 'held' && this.closing.signal.aborted;
     await this.quietRelease(lease);
     // the work finished, but not under the lock the whole time: the caller must know
     if (lost) throw lost;
@@ -274,7 +277,8 @@ class LocksImpl implements Locks, LeaseHost {
     const atMost = o.lockAtMostFor === undefined ? this.ttlMs : toMs(o.lockAtMostFor, 'lockAtMostFor');
     const atLeast = o.lockAtLeastFor === undefined ? 0 : toMs(o.lockAtLeastFor, 'lockAtLeastFor', { allowZero: true });
     if (atLeast > atMost) throw new InvalidArgumentError('lockAtLeastFor must not exceed lockAtMostFor');
-    const lease = (await this.tryAcquire(key, { ttl: atMost, renew: false, signal: o.signal })) as LeaseImpl | null;
+    const signal = checkSignal(o.signal, 'runExclusive');
+    const lease = (await this.tryAcquire(key, { ttl: atMost, renew: false, signal })) as LeaseImpl | null;
     if (!lease) return { ran: false };
     try {
       return { ran: true, value: await fn(lease) };

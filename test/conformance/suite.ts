@@ -7,6 +7,7 @@ import diagnostics from 'node:diagnostics_channel';
 import { afterAll, afterEach, beforeAll, describe, expect, test } from 'vitest';
 import type { Backend } from '../../src/backend.js';
 import {
+  ClosedError,
   createLocks,
   InvalidArgumentError,
   LeaseLostError,
@@ -73,6 +74,23 @@ export function conformance(target: ConformanceTarget): void {
     }, 300_000); // a Cluster or Sentinel heal may create its setup afresh
     afterAll(async () => {
       await target.cleanup?.();
+    });
+
+    test('a closed backend grants nothing: acquire, tryAcquire and inspect reject with ClosedError', async () => {
+      // before, a closed Redis backend still granted, and memory/sqlite threw a plain LeaseholdError
+      const b = await target.make();
+      await b.close();
+      const l = createLocks(b, { prefix });
+      const k = key();
+      for (const call of [() => l.acquire(k, { wait: 0 }), () => l.tryAcquire(k), () => l.inspect(k)]) {
+        const e = await call().then(
+          (v) => v,
+          (x: unknown) => x,
+        );
+        expect(e).toBeInstanceOf(ClosedError);
+      }
+      const other = await locks();
+      expect(await other.inspect(k)).toBeNull(); // nothing was taken through the closed one
     });
 
     test('mutual exclusion: 8 contenders doing read-yield-write lose no update', async () => {

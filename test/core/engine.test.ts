@@ -378,3 +378,28 @@ describe('election: a term lost before it could lead', () => {
     }
   });
 });
+
+describe('withLock: a lease that ran out while fn stalled the event loop', () => {
+  test('rejects with LeaseLostError although fn finished, and runExclusive names itself for a bad signal', async () => {
+    // fn blocks the thread past the TTL (a long GC pause, a CPU-bound stretch): no timer ran, so
+    // nothing had marked the lease lost yet. Before, withLock resolved with fn's value
+    const locks = createLocks(memory());
+    try {
+      const stall = (ms: number) => Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, ms);
+      const r = locks.withLock(
+        'stalled',
+        () => {
+          stall(400);
+          return 'done';
+        },
+        { ttl: 300 },
+      );
+      await expect(r).rejects.toBeInstanceOf(LeaseLostError);
+      await expect(locks.runExclusive('x', () => 1, { signal: 'no' as never })).rejects.toThrow(
+        /^runExclusive: signal must be an AbortSignal/,
+      );
+    } finally {
+      await locks.close();
+    }
+  });
+});

@@ -5,7 +5,7 @@
  */
 import { inspect } from 'node:util';
 import type { AcquireRequest, Backend, ExtendItem, Grant, LockInfo, ResultStore } from '../../backend.js';
-import { InvalidArgumentError, LeaseholdError } from '../../errors.js';
+import { ClosedError, InvalidArgumentError } from '../../errors.js';
 import { checkOptions } from '../../validate.js';
 
 interface Entry {
@@ -237,6 +237,6 @@ export class MemoryBackend implements Backend {
   }
 
   private assertOpen(): void {
-    if (this.closed) throw new LeaseholdError('LEASEHOLD_CLOSED', 'this memory backend is closed');
+    if (this.closed) throw new ClosedError('this memory backend is closed');
   }
 }

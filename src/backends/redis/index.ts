@@ -18,7 +18,7 @@ import type {
   SessionRenewal,
 } from '../../backend.js';
 import { toMs, type Duration } from '../../duration.js';
-import { BackendError, InvalidArgumentError } from '../../errors.js';
+import { BackendError, ClosedError, InvalidArgumentError } from '../../errors.js';
 import { driftMs } from '../../lease.js';
 import { checkBoolean, checkOptions } from '../../validate.js';
 import { now } from '../../wait.js';
@@ -239,7 +239,13 @@ export class RedisBackend implements Backend {
     this.sessions.delete(s.key);
   }
 
+  /** A closed backend grants, renews and reads nothing (a release still goes through). */
+  private assertOpen(): void {
+    if (this.closed) throw new ClosedError('redis: backend closed');
+  }
+
   async acquire(key: string, req: AcquireRequest, retried = false): Promise<Grant | null> {
+    this.assertOpen();
     const lock = lockKeyOf(key);
     const queue = req.queue === true;
     const s = this.cfg.session && req.renew === true ? this.session(req.ttlMs) : null;
@@ -336,6 +342,7 @@ export class RedisBackend implements Backend {
   }
 
   async extend(items: readonly ExtendItem[]): Promise<boolean[]> {
+    this.assertOpen();
     if (items.length === 0) return [];
     // Redis Cluster: one round trip per master (or per slot on Redis 6); see cluster.ts
     if (this.adapter.cluster)
@@ -460,6 +467,7 @@ export class RedisBackend implements Backend {
   }
 
   async inspect(key: string): Promise<LockInfo | null> {
+    this.assertOpen();
     const k = redisKeys(key);
     const [r] = await this.adapter.run([{ script: INSPECT, keys: [k.lock, k.fence, k.value], args: [] }]);
     if (r instanceof Error) throw r;

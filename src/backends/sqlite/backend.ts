@@ -8,7 +8,7 @@ import { realpathSync } from 'node:fs';
 import { inspect } from 'node:util';
 import type BetterSqlite3 from 'better-sqlite3';
 import type { AcquireRequest, Backend, ExtendItem, Grant, LockInfo, ResultStore } from '../../backend.js';
-import { BackendError, LeaseholdError } from '../../errors.js';
+import { BackendError, ClosedError, LeaseholdError } from '../../errors.js';
 import { digest } from '../../hash.js';
 import { now as monotonic, sleep } from '../../wait.js';
 import { hostClock, type HostClock } from './clock.js';
@@ -103,6 +103,8 @@ export class SqliteBackend implements Backend {
 
   /** Opens the database for use: WAL, the tables, the clock check. Every call waits for it. */
   init(): Promise<void> {
+    // a backend closed before its first use opens nothing: its calls get ClosedError
+    if (this.closed && !this.opening) return Promise.reject(new ClosedError('this sqlite backend is closed'));
     this.opening ??= this.open();
     return this.opening;
   }
@@ -284,7 +286,7 @@ export class SqliteBackend implements Backend {
   }
 
   private assertOpen(): void {
-    if (this.closed) throw new LeaseholdError('LEASEHOLD_CLOSED', 'this sqlite backend is closed');
+    if (this.closed) throw new ClosedError('this sqlite backend is closed');
   }
 
   /** One write transaction (BEGIN IMMEDIATE … COMMIT), retried while another process writes. */
