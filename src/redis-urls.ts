@@ -99,6 +99,27 @@ export function parseRedisDeployment(url: string): RedisDeployment {
   };
 }
 
+/**
+ * How long fromUrl waits for a Cluster or Sentinel client to connect. A Sentinel client retries
+ * unreachable sentinels forever by default (ioredis' sentinelRetryStrategy, node-redis' too), so
+ * its connect() would never settle; the client's own retries stay as they are once connected.
+ */
+export const CONNECT_MS = 5000;
+
+async function connectWithin(connect: () => Promise<unknown>): Promise<void> {
+  let timer: NodeJS.Timeout | undefined;
+  try {
+    await Promise.race([
+      connect(),
+      new Promise((_, reject) => {
+        timer = setTimeout(() => reject(new Error(`no answer within ${CONNECT_MS}ms`)), CONNECT_MS);
+      }),
+    ]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
 export interface UrlHelpers {
   load(names: readonly string[], forUrl: string): Promise<{ name: string; mod: any }>;
   connectError(safe: string, url: string, e: unknown): Error;
@@ -131,7 +152,7 @@ export async function deploymentClient(
     }
     client.on('error', () => {});
     try {
-      await client.connect();
+      await connectWithin(() => client.connect());
     } catch (e) {
       client.disconnect();
       throw h.connectError(safe, url, e);
@@ -160,7 +181,7 @@ export async function deploymentClient(
         });
   client.on('error', () => {});
   try {
-    await client.connect();
+    await connectWithin(() => client.connect());
   } catch (e) {
     await Promise.resolve(client.destroy?.()).catch(() => {});
     throw h.connectError(safe, url, e);

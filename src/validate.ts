@@ -9,6 +9,22 @@ export function checkKey(key: unknown, what = 'key'): string {
 }
 
 /**
+ * A key a recipe locks under a tag (`idem:<key>`, `election:<name>`): checked as the caller gave
+ * it, with room left for the tag, so the message is about the caller's own key.
+ */
+export function checkTaggedKey(key: unknown, tag: string, what: string): string {
+  const k = checkKey(key, what);
+  const max = MAX_KEY_BYTES - Buffer.byteLength(tag);
+  const n = Buffer.byteLength(k);
+  if (n > max) {
+    throw new InvalidArgumentError(
+      `${what} is ${n} UTF-8 bytes; at most ${max} (it is locked as "${tag}…", at most ${MAX_KEY_BYTES} bytes)`,
+    );
+  }
+  return k;
+}
+
+/**
  * A string that is stored or sent somewhere: non-empty (unless `allowEmpty`), at most `maxBytes`
  * UTF-8 bytes, and well-formed UTF-16 — a lone surrogate would become U+FFFD on the way, so
  * `'a\uD800'` and `'a\uDBFF'` would name the same lock.

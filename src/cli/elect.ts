@@ -4,7 +4,7 @@
  * campaign again. When the command ends by itself, resign and exit with its code.
  */
 import { LeaseLostError } from '../index.js';
-import { checkKey } from '../validate.js';
+import { checkTaggedKey } from '../validate.js';
 import { sleep } from '../wait.js';
 import { CliError, defaultHolder, duration, EXIT, openLocks, say, toCliError, type BackendFlags } from './common.js';
 import { leaseEnv, outcome, start } from './run.js';
@@ -17,7 +17,7 @@ export interface ElectFlags extends BackendFlags {
 }
 
 export async function elect(name: string, command: string[], flags: ElectFlags): Promise<number> {
-  checkKey(name, 'election name');
+  checkTaggedKey(name, 'election:', 'election name');
   const ttlMs = duration(flags.ttl, '--ttl');
   const graceMs = duration(flags.grace, '--grace', true);
   const value = flags.value ?? defaultHolder();

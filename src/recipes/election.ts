@@ -9,7 +9,7 @@ import type { Backend } from '../backend.js';
 import { toMs, type Duration } from '../duration.js';
 import { InvalidArgumentError, NotLeaderError } from '../errors.js';
 import type { Lease } from '../lease.js';
-import { checkKey, checkOptions, checkSignal, checkString } from '../validate.js';
+import { checkOptions, checkSignal, checkString, checkTaggedKey } from '../validate.js';
 import { MAX_DURATION_MS } from '../duration.js';
 import { sleep } from '../wait.js';
 
@@ -87,7 +87,7 @@ export class ElectionImpl extends EventEmitter implements Election {
   }
 
   static create(host: ElectionHost, name: unknown, options: unknown): ElectionImpl {
-    checkKey(name, 'election name');
+    checkTaggedKey(name, 'election:', 'election name');
     if (options === undefined) return new ElectionImpl(host, name as string, null);
     const o = checkOptions<ElectOptions>(options, ['value', 'ttl'], 'elect');
     if (typeof o.value !== 'string')

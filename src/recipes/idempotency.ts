@@ -14,7 +14,7 @@ import type { ResultStore } from '../backend.js';
 import { toMs, type Duration } from '../duration.js';
 import { InvalidArgumentError, LeaseholdError, LeaseLostError } from '../errors.js';
 import type { Lease } from '../lease.js';
-import { checkKey, checkOptions } from '../validate.js';
+import { checkOptions, checkSignal, checkTaggedKey } from '../validate.js';
 import { encode, revive } from './codec.js';
 
 export interface IdempotentOptions {
@@ -56,10 +56,13 @@ export async function idempotent<T>(
   fn: (lease: Lease) => Promise<T> | T,
   options?: IdempotentOptions,
 ): Promise<T> {
-  checkKey(key);
+  checkTaggedKey(key, 'idem:', 'key');
   if (typeof fn !== 'function') throw new InvalidArgumentError('idempotent: fn must be a function');
   const o = checkOptions<IdempotentOptions>(options, OPTIONS, 'idempotent');
   const ttlMs = o.ttl === undefined ? 86_400_000 : toMs(o.ttl, 'ttl');
+  // withLock checks these too, but only after the first read of the store: bad input, no I/O
+  if (o.wait !== undefined) toMs(o.wait, 'wait', { allowZero: true });
+  checkSignal(o.signal, 'idempotent');
   for (const f of ['serialize', 'deserialize'] as const) {
     if (o[f] !== undefined && typeof o[f] !== 'function')
       throw new InvalidArgumentError(`idempotent: ${f} must be a function`);

@@ -27,8 +27,6 @@ export interface Done {
 export interface Running {
   proc: ChildProcess;
   done: Promise<Done>;
-  /** What it has written to stderr so far. */
-  stderr(): string;
 }
 
 const live = new Set<ChildProcess>();
@@ -51,7 +49,7 @@ export function start(args: string[], env: Record<string, string | undefined> = 
       resolve({ code, signal, stdout, stderr, ms: performance.now() - t0 });
     }),
   );
-  return { proc, done, stderr: () => stderr };
+  return { proc, done };
 }
 
 /** Runs `leasehold <args>` to the end. */

@@ -403,3 +403,42 @@ describe('withLock: a lease that ran out while fn stalled the event loop', () =>
     }
   });
 });
+
+describe('recipes: bad input before any I/O, told about the caller own key', () => {
+  test('idempotent checks wait, signal and its key (with the idem: tag) before reading the store; elect its name', async () => {
+    const b = memory();
+    let reads = 0;
+    const get = b.results.get.bind(b.results);
+    b.results.get = (k) => (reads++, get(k));
+    const locks = createLocks(b);
+    try {
+      const bad = async (p: Promise<unknown>, m: RegExp) => {
+        const e = await p.then(
+          () => null,
+          (x: unknown) => x,
+        );
+        expect(e).toBeInstanceOf(InvalidArgumentError);
+        expect((e as Error).message).toMatch(m);
+      };
+      await bad(
+        locks.idempotent('k', () => 1, { wait: -1 }),
+        /^wait must be ≥ 0/,
+      );
+      await bad(
+        locks.idempotent('k', () => 1, { signal: 'x' as never }),
+        /^idempotent: signal must be an AbortSignal/,
+      );
+      await bad(
+        locks.idempotent('x'.repeat(1020), () => 1),
+        /^key is 1020 UTF-8 bytes; at most 1019 \(it is locked as "idem:…"/,
+      );
+      expect(reads).toBe(0); // before, the store was read first and the 1020-byte key was told as 1025
+      expect(await locks.idempotent('x'.repeat(1019), () => 7)).toBe(7);
+      expect(() => locks.elect('x'.repeat(1020), { value: 'v' })).toThrow(
+        /^election name is 1020 UTF-8 bytes; at most 1015/,
+      );
+    } finally {
+      await locks.close();
+    }
+  });
+});

@@ -9,6 +9,7 @@ import {
   redactUrl,
 } from '../../src/index.js';
 import { Clients } from '../support/redis.js';
+import { CONNECT_MS } from '../../src/redis-urls.js';
 
 const clients = new Clients();
 afterAll(() => clients.closeAll());
@@ -70,6 +71,15 @@ describe('fromUrl', () => {
     const err = (await fromUrl('redis+cluster://127.0.0.1:1?session=1').catch((e: unknown) => e)) as Error;
     expect(err.message).toMatch(/single server or Sentinel/);
   });
+
+  test('a redis+sentinel:// URL whose sentinels do not answer is a BackendError within the connect bound', async () => {
+    // before, the Sentinel client retried the unreachable sentinel forever and fromUrl never settled
+    const t0 = performance.now();
+    const err = (await fromUrl('redis+sentinel://127.0.0.1:1/mymaster').catch((e: unknown) => e)) as Error;
+    expect(err).toBeInstanceOf(BackendError);
+    expect(err.message).toMatch(/redis\+sentinel:\/\/127\.0\.0\.1:1\/mymaster/);
+    expect(performance.now() - t0).toBeLessThan(CONNECT_MS + 2000);
+  }, 20_000);
 
   test('several redis:// URLs build Redlock; fewer than three are refused before connecting', async () => {
     const backend = await fromUrl(['redis://127.0.0.1:7001', 'redis://127.0.0.1:7002', 'redis://127.0.0.1:7003']);
