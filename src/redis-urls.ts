@@ -10,6 +10,7 @@
  */
 import { InvalidArgumentError } from './errors.js';
 import { redactUrl } from './scrub.js';
+import { race } from './wait.js';
 
 export interface RedisDeployment {
   readonly kind: 'cluster' | 'sentinel';
@@ -106,19 +107,8 @@ export function parseRedisDeployment(url: string): RedisDeployment {
  */
 export const CONNECT_MS = 5000;
 
-async function connectWithin(connect: () => Promise<unknown>): Promise<void> {
-  let timer: NodeJS.Timeout | undefined;
-  try {
-    await Promise.race([
-      connect(),
-      new Promise((_, reject) => {
-        timer = setTimeout(() => reject(new Error(`no answer within ${CONNECT_MS}ms`)), CONNECT_MS);
-      }),
-    ]);
-  } finally {
-    clearTimeout(timer);
-  }
-}
+const connectWithin = (connect: () => Promise<unknown>): Promise<unknown> =>
+  race(connect(), { ms: CONNECT_MS, onTimeout: () => new Error(`no answer within ${CONNECT_MS}ms`) });
 
 export interface UrlHelpers {
   load(names: readonly string[], forUrl: string): Promise<{ name: string; mod: any }>;
