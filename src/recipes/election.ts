@@ -133,13 +133,20 @@ export class ElectionImpl extends EventEmitter implements Election {
         term.signal.addEventListener(
           'abort',
           () => {
-            if (this.term === term) this.term = null;
+            // resign() lets go of the term before it releases it; any other release of a term
+            // still held here came from elsewhere (close(), the term's own release())
+            const resigned = this.term !== term;
+            if (!resigned) this.term = null;
             const reason = term.signal.reason;
             this.emit(
               'demoted',
               reason instanceof Error && reason.name !== 'AbortError'
                 ? reason
-                : new NotLeaderError(`resigned the leadership of "${this.name}"`),
+                : new NotLeaderError(
+                    resigned
+                      ? `resigned the leadership of "${this.name}"`
+                      : `the term of "${this.name}" ended: its lease was released (close() or the term's release())`,
+                  ),
             );
           },
           { once: true },

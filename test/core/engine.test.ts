@@ -442,3 +442,20 @@ describe('recipes: bad input before any I/O, told about the caller own key', () 
     }
   });
 });
+
+describe('election: why a term ended', () => {
+  test("'demoted' after resign() says resigned; after close() it says the lease was released, not resigned", async () => {
+    const locks = createLocks(memory());
+    const e = locks.elect('why', { value: 'a' });
+    const told: string[] = [];
+    e.on('demoted', (err) => void told.push((err as Error).message));
+    await e.campaign();
+    await e.resign();
+    await e.campaign();
+    await locks.close(); // before, this too was told as "resigned the leadership"
+    expect(told).toEqual([
+      'resigned the leadership of "why"',
+      `the term of "why" ended: its lease was released (close() or the term's release())`,
+    ]);
+  });
+});
