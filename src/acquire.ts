@@ -4,16 +4,32 @@
  * `tryAcquire`. Every attempt is a bounded call (src/calls.ts): it settles by the deadline, the
  * call's `opTimeout`, the lease's validity, or at once on abort and `close()`; a grant that
  * arrives after the caller gave up is released, and a waiter that gave up leaves the queue.
- * A `QuorumError` (a multi-node backend could not reach a majority for now: a partition, a stall)
- * is retried with a jittered backoff until the deadline, which then rejects with that error.
+ * A waiting acquire outlives a failing backend: a `QuorumError` (a multi-node backend could not
+ * reach a majority for now: a partition, a stall) and a transient `BackendError` (a dropped
+ * connection, a failover, a call past `opTimeout`: src/transient.ts) are retried with a jittered
+ * backoff until the deadline, whose LockTimeoutError then carries the last failure as `cause`;
+ * any other error (a read-only file, a refused permission) fails the acquire at once. After a BackendError the attempt may
+ * or may not have run on the server, so the wait goes on under a fresh token, and the old one is
+ * given back (it leaves the queue, and a grant it got is released, token-checked) before the next
+ * attempt: a late answer to the failed attempt can never be mistaken for the new one's.
  */
 import type { Backend, Grant } from './backend.js';
 import type { CallOptions, Calls } from './calls.js';
 import { after, cancel } from './deadlines.js';
-import { LockTimeoutError, QuorumError } from './errors.js';
-import { channels, emit } from './events.js';
+import { BackendError, LockTimeoutError, QuorumError } from './errors.js';
+import { channels, emit, warn } from './events.js';
 import { driftMs } from './lease.js';
+import { isTransient } from './transient.js';
+import { newToken } from './validate.js';
 import { anySignal, backoffDelay, LinkedSignal, now, race, sleep, TurnQueue, type Backoff } from './wait.js';
+
+/** A failed attempt that a wait retries until its deadline. */
+type Failure = QuorumError | BackendError;
+
+/** A failure that may pass by itself soon (src/transient.ts): a wait tries again. */
+function retryable(e: unknown): e is Failure {
+  return (e instanceof QuorumError || e instanceof BackendError) && isTransient(e);
+}
 
 /** Why a pause ended early: a local lease on its key settled (never surfaced to a caller). */
 const KICKED = Symbol('leasehold: kicked');
@@ -104,20 +120,57 @@ export class Acquirer {
     }
   }
 
-  /** An attempt whose QuorumError is returned rather than thrown: the wait retries it. */
-  private async attemptOrQuorum(...args: Parameters<Acquirer['attempt']>): Promise<Grant | null | QuorumError> {
+  /** An attempt whose retryable failure is returned rather than thrown: the wait retries it. */
+  private async attemptOrFailure(...args: Parameters<Acquirer['attempt']>): Promise<Grant | null | Failure> {
     try {
       return await this.attempt(...args);
     } catch (e) {
-      if (e instanceof QuorumError) return e;
+      if (retryable(e)) return e;
       throw e;
     }
+  }
+
+  /**
+   * Gives back tokens whose attempts failed with a BackendError (each leaves the queue, and a
+   * grant it may have got is released, token-checked), oldest first; the ones given back leave
+   * `stale`. Returns the BackendError that stopped it (the backend still fails), else null.
+   */
+  private async sweep(p: Parsed, stale: string[], signal: AbortSignal): Promise<BackendError | null> {
+    const { backend, calls } = this.host;
+    while (stale.length > 0) {
+      const t = stale[0]!;
+      const o = { key: p.key, signal, secrets: [t] };
+      try {
+        if (backend.leave) await calls.run('leave', () => backend.leave!(p.fullKey, t), o);
+        await calls.run('release', () => backend.release(p.fullKey, t), o);
+      } catch (e) {
+        if (e instanceof BackendError) return e;
+        throw e;
+      }
+      stale.shift();
+    }
+    return null;
   }
 
   /** Token-checked release of a grant nobody wants any more; tracked, so close() waits for it. */
   private giveBack(p: Parsed, token: string): Promise<unknown> {
     const { backend, calls } = this.host;
     return calls.run('release', () => backend.release(p.fullKey, token), { key: p.key }).catch(() => false);
+  }
+
+  /** Leaves the queue, then releases: what a failed attempt may have left under `token`. */
+  private async abandon(p: Parsed, token: string): Promise<void> {
+    if (this.host.backend.leave) await this.leave(p, token);
+    await this.giveBack(p, token);
+  }
+
+  /** Says (once per wait, when someone listens) that the backend fails and the wait retries. */
+  private warnFailing(p: Parsed, e: Failure): boolean {
+    return warn({
+      code: 'LEASEHOLD_BACKEND_FAILING',
+      key: p.key,
+      message: `acquire of "${p.key}": ${e.message}; retrying until its wait deadline`,
+    });
   }
 
   private leave(p: Parsed, token: string): Promise<unknown> {
@@ -146,7 +199,8 @@ export class Acquirer {
       try {
         g = await this.attempt(p, token, true, ms, p.signal, true, onTimeout);
       } catch (e) {
-        if (!(e instanceof QuorumError)) throw e;
+        // one attempt was all it could have (wait: 0, or its deadline has passed): as it failed
+        if (!retryable(e) || p.signal?.aborted || now() - started >= p.waitMs) throw e;
         waiting = true;
         return await this.wait(p, token, started, true, e);
       }
@@ -171,15 +225,10 @@ export class Acquirer {
   /**
    * The slow path: wait for the local turn (unless `hasTurn`: then the first attempt was refused
    * and we are queued at the backend), then alternate pauses and attempts until the deadline.
-   * When the last attempt failed with a QuorumError, the LockTimeoutError carries it as `cause`.
+   * When the last attempt failed (a QuorumError, a BackendError), the LockTimeoutError carries
+   * that failure as `cause`.
    */
-  private async wait(
-    p: Parsed,
-    token: string,
-    started: number,
-    hasTurn: boolean,
-    failure?: QuorumError,
-  ): Promise<unknown> {
+  private async wait(p: Parsed, token: string, started: number, hasTurn: boolean, failure?: Failure): Promise<unknown> {
     const { backend, calls, closingSignal } = this.host;
     const left = Math.max(0, p.waitMs - (now() - started));
     // one controller for the caller's signal, close() and the deadline (which aborts it directly)
@@ -191,6 +240,17 @@ export class Acquirer {
     } else all = anySignal([closingSignal]);
     const timer = after(left, () => all.abort(new LockTimeoutError(p.key, now() - started)));
     let queued = hasTurn;
+    /** Tokens of attempts that failed with a BackendError, not yet given back. */
+    let stale: string[] | null = null;
+    let warned = false;
+    if (failure) {
+      // the fast path's attempt failed
+      warned = this.warnFailing(p, failure);
+      if (failure instanceof BackendError) {
+        stale = [token];
+        token = newToken();
+      }
+    }
     let outcome: 'acquired' | 'timeout' | 'aborted' | 'error' = 'error';
     if (channels.wait.hasSubscribers) emit(channels.wait, { backend: backend.name, key: p.key, phase: 'start' });
     try {
@@ -202,6 +262,14 @@ export class Acquirer {
             await this.pause(p, all.signal, attempt - 1, failure !== undefined);
           }
           if (all.signal.aborted) throw all.signal.reason;
+          if (stale !== null && stale.length > 0) {
+            const e = await this.sweep(p, stale, all.signal);
+            if (e) {
+              failure = e; // still failing: pause, then give back again
+              queued = true;
+              continue;
+            }
+          }
           const sentAt = now();
           // a grant a release handed to us while we paused, known without a round trip
           const handed = queued ? this.handedOver(p, token) : null;
@@ -211,7 +279,7 @@ export class Acquirer {
             return lease;
           }
           // bounded by the caller's signal, the deadline and close() (all three in `all`)
-          const g = await this.attemptOrQuorum(
+          const g = await this.attemptOrFailure(
             p,
             token,
             true,
@@ -219,11 +287,22 @@ export class Acquirer {
             all.signal,
             false,
           );
-          failure = g instanceof QuorumError ? g : undefined;
-          if (g && !(g instanceof QuorumError)) {
-            const lease = this.granted(p, token, g, sentAt, started, attempt);
-            outcome = 'acquired';
-            return lease;
+          if (g === null || !retryable(g)) {
+            if (g !== null) {
+              const lease = this.granted(p, token, g, sentAt, started, attempt);
+              outcome = 'acquired';
+              return lease;
+            }
+            failure = undefined;
+          } else {
+            failure = g;
+            if (!warned) warned = this.warnFailing(p, g);
+            if (g instanceof BackendError) {
+              // the attempt may have queued or been granted under `token`: the wait goes on under
+              // a new one, and the old one is given back first
+              (stale ??= []).push(token);
+              token = newToken();
+            }
           }
           queued = true;
         }
@@ -233,6 +312,8 @@ export class Acquirer {
     } catch (e) {
       outcome = e instanceof LockTimeoutError ? 'timeout' : all.signal.aborted ? 'aborted' : 'error';
       if (queued && backend.leave) void this.leave(p, token);
+      // tokens of failed attempts not given back yet: in the background (tracked: close() waits)
+      if (stale !== null) for (const t of stale) void this.abandon(p, t);
       throw e instanceof LockTimeoutError && failure ? new LockTimeoutError(p.key, e.waitedMs, { cause: failure }) : e;
     } finally {
       cancel(timer);

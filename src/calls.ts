@@ -10,6 +10,7 @@
 import { deadlines, Timed } from './deadlines.js';
 import { BackendError, LeaseholdError } from './errors.js';
 import { scrubError } from './scrub.js';
+import { markTransient } from './transient.js';
 
 export interface CallOptions<T> {
   /** The key the call is about, for error messages (`extend of "order:42" …`). */
@@ -180,8 +181,10 @@ export class Calls {
   timeoutError(what: string, key: string | undefined, ms: number): BackendError {
     // a bound shorter than opTimeout is the lease's validity: a later grant would be void already
     const why = ms < this.opTimeoutMs ? "the lease's validity, shorter than opTimeout" : 'opTimeout';
-    return new BackendError(
-      `${this.backendName}: ${describe(what, key)} did not answer within ${Math.round(ms)}ms (${why})`,
+    return markTransient(
+      new BackendError(
+        `${this.backendName}: ${describe(what, key)} did not answer within ${Math.round(ms)}ms (${why})`,
+      ),
     );
   }
 

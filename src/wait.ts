@@ -4,6 +4,7 @@ import { BackendError, InvalidArgumentError } from './errors.js';
 import { deadlines, Timed } from './deadlines.js';
 import { toMs } from './duration.js';
 import { checkOptions } from './validate.js';
+import { markTransient } from './transient.js';
 
 export const now = (): number => performance.now();
 
@@ -123,7 +124,9 @@ class Racer<T> extends Timed {
   fire(): void {
     const o = this.o;
     if (this.finish())
-      this.reject(o.onTimeout ? o.onTimeout() : new BackendError(`no answer within ${Math.round(o.ms!)}ms`));
+      this.reject(
+        o.onTimeout ? o.onTimeout() : markTransient(new BackendError(`no answer within ${Math.round(o.ms!)}ms`)),
+      );
   }
 
   value(v: T): void {

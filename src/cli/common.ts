@@ -2,6 +2,7 @@
  * What every command of the CLI shares: exit codes, the one-line error, the backend from
  * `--url` / `LEASEHOLD_URL` / the embedded default, and colour.
  */
+import { subscribe } from 'node:diagnostics_channel';
 import { hostname } from 'node:os';
 import {
   createLocks,
@@ -51,6 +52,15 @@ export function say(message: string): void {
   process.stderr.write(`leasehold: ${redact(message).replace(/\s*\n\s*/g, ' ')}\n`);
 }
 
+/**
+ * A wait that ran out while the backend was failing (its LockTimeoutError's cause is the last
+ * attempt's BackendError or QuorumError): the backend is unavailable, not the lock busy.
+ */
+export function failing(e: LeaseholdError): boolean {
+  const c = e.cause;
+  return c instanceof LeaseholdError && (c.code === 'LEASEHOLD_BACKEND' || c.code === 'LEASEHOLD_QUORUM');
+}
+
 /** Maps any error to a CliError: usage errors, unreachable backends, the rest. */
 export function toCliError(e: unknown): CliError {
   if (e instanceof CliError) return e;
@@ -59,7 +69,7 @@ export function toCliError(e: unknown): CliError {
   if (e instanceof LeaseholdError) {
     if (['LEASEHOLD_BACKEND', 'LEASEHOLD_QUORUM', 'LEASEHOLD_MISSING_PEER', 'LEASEHOLD_UNSUPPORTED'].includes(e.code))
       return new CliError(message, EXIT.UNAVAILABLE);
-    if (e.code === 'LEASEHOLD_LOCK_TIMEOUT') return new CliError(message, EXIT.BUSY);
+    if (e.code === 'LEASEHOLD_LOCK_TIMEOUT') return new CliError(message, failing(e) ? EXIT.UNAVAILABLE : EXIT.BUSY);
   }
   return new CliError(message, EXIT.SOFTWARE);
 }
@@ -79,6 +89,20 @@ export function urlsOf(flags: BackendFlags, env: NodeJS.ProcessEnv = process.env
 
 /** A printable name of the backend (no password). */
 export const describeUrls = (urls: readonly string[]) => urls.map(redactUrl).join(' ');
+
+/**
+ * Says the library's warnings on stderr (`leasehold:warning`: a TTL too short to renew, a backend
+ * failing while a wait retries), each message once.
+ */
+export function sayWarnings(): void {
+  const said = new Set<string>();
+  subscribe('leasehold:warning', (m) => {
+    const { message } = m as { message: string };
+    if (said.has(message)) return;
+    if (said.size < 100) said.add(message);
+    say(`warning: ${message}`);
+  });
+}
 
 /** Builds the backend; an unreachable one is exit 69, a malformed URL exit 64. */
 export async function openBackend(flags: BackendFlags): Promise<{ backend: Backend; urls: string[] }> {

@@ -6,7 +6,17 @@
 import { LeaseLostError } from '../index.js';
 import { checkTaggedKey } from '../validate.js';
 import { sleep } from '../wait.js';
-import { CliError, defaultHolder, duration, EXIT, openLocks, say, toCliError, type BackendFlags } from './common.js';
+import {
+  CliError,
+  defaultHolder,
+  duration,
+  EXIT,
+  openLocks,
+  say,
+  sayWarnings,
+  toCliError,
+  type BackendFlags,
+} from './common.js';
 import { leaseEnv, outcome, start } from './run.js';
 import { exitCodeOf, onStopSignals, type Supervised } from './supervise.js';
 
@@ -21,6 +31,7 @@ export async function elect(name: string, command: string[], flags: ElectFlags):
   const ttlMs = duration(flags.ttl, '--ttl');
   const graceMs = duration(flags.grace, '--grace', true);
   const value = flags.value ?? defaultHolder();
+  sayWarnings();
   const { locks, backend } = await openLocks(flags, ttlMs);
   if (!backend.capabilities.value) {
     await locks.close().catch(() => {});

@@ -15,6 +15,8 @@ import {
   openLocks,
   say,
   toCliError,
+  failing,
+  sayWarnings,
   type BackendFlags,
 } from './common.js';
 import { exitCodeOf, onStopSignals, Supervised, type Exit } from './supervise.js';
@@ -68,6 +70,7 @@ export async function run(key: string, command: string[], flags: RunFlags): Prom
   const ttlMs = duration(flags.ttl, '--ttl');
   const waitMs = flags.wait === undefined ? MAX_DURATION_MS : duration(flags.wait, '--wait', true);
   const graceMs = duration(flags.grace, '--grace', true);
+  sayWarnings();
   const { locks, backend } = await openLocks(flags, ttlMs);
   const stopping = new AbortController();
   let child: Supervised | null = null;
@@ -86,7 +89,7 @@ export async function run(key: string, command: string[], flags: RunFlags): Prom
       lease = waitMs === 0 ? await locks.tryAcquire(key, opts) : await locks.acquire(key, { ...opts, wait: waitMs });
     } catch (e) {
       if (stopping.signal.aborted) throw stopping.signal.reason;
-      if (!(e instanceof LockTimeoutError)) throw toCliError(e);
+      if (!(e instanceof LockTimeoutError) || failing(e)) throw toCliError(e);
       lease = null;
     }
     if (!lease) {

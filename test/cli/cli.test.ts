@@ -185,6 +185,8 @@ describe('elect, a term lost before its command starts', () => {
     expect(readLog(log)).toEqual([]);
     // nothing claims a leadership it never had
     expect(done.stderr).not.toMatch(/leading "lapsing"/);
+    // the library's warning about the ttl is said, once
+    expect(done.stderr.match(/warning: ttl 1ms is too short to be renewed reliably/g)).toHaveLength(1);
   }, 60_000);
 });
 

@@ -4,6 +4,7 @@
  * bounds against real, frozen servers are in test/redis/freeze.test.ts, test/redlock/freeze.test.ts
  * and test/postgres/freeze.test.ts.
  */
+import { subscribe, unsubscribe } from 'node:diagnostics_channel';
 import { getEventListeners } from 'node:events';
 import { afterEach, describe, expect, test } from 'vitest';
 import type { Backend } from '../../src/backend.js';
@@ -16,6 +17,7 @@ import {
   LeaseLostError,
   LockTimeoutError,
   type Locks,
+  type WarningEvent,
 } from '../../src/index.js';
 import { anySignal } from '../../src/wait.js';
 
@@ -369,5 +371,163 @@ describe('options and signals', () => {
     await expect(waiting).rejects.toBeInstanceOf(ClosedError);
     expect(performance.now() - t0).toBeLessThan(MARGIN);
     await held.release();
+  });
+});
+
+/** An error as a client gives it (Node's socket errors carry a `code`). */
+const clientError = (message: string, code: string) => Object.assign(new Error(message), { code });
+
+/**
+ * A memory backend whose acquire fails with a client's error while `failing` says so: `'lost'`
+ * runs the attempt and then fails (the reply was lost: the store may now hold a grant or a queue
+ * place under that token), `'refused'` fails before it runs. Every call is logged with its token.
+ */
+function flaky(store = new MemoryStore()) {
+  const inner = memory({ store });
+  const log: string[] = [];
+  let failing: 'lost' | 'refused' | 'readonly' | null = null;
+  let failed = 0;
+  const backend: Backend = {
+    name: 'flaky',
+    capabilities: inner.capabilities,
+    acquire: async (k, r) => {
+      if (failing === 'readonly') {
+        failed++;
+        throw clientError('attempt to write a readonly database', 'SQLITE_READONLY');
+      }
+      if (failing === 'refused') {
+        failed++;
+        log.push(`acquire ${r.token} refused`);
+        throw clientError('connect ECONNREFUSED 127.0.0.1:6379', 'ECONNREFUSED');
+      }
+      const g = await inner.acquire(k, r);
+      if (failing === 'lost') {
+        failed++;
+        log.push(`acquire ${r.token} ${g ? 'granted' : 'queued'}, reply lost`);
+        throw clientError('read ECONNRESET', 'ECONNRESET');
+      }
+      log.push(`acquire ${r.token} ${g ? 'granted' : 'queued'}`);
+      return g;
+    },
+    extend: (items) => inner.extend(items),
+    release: async (k, t) => {
+      const r = await inner.release(k, t);
+      log.push(`release ${t} ${r}`);
+      return r;
+    },
+    leave: async (k, t) => (log.push(`leave ${t}`), inner.leave(k, t)),
+    inspect: (k) => inner.inspect(k),
+    waitForChange: (k, s, ms) => inner.waitForChange(k, s, ms),
+    close: () => inner.close(),
+  };
+  return {
+    backend,
+    log,
+    get failed() {
+      return failed;
+    },
+    fail(how: 'lost' | 'refused' | 'readonly' | null) {
+      failing = how;
+    },
+  };
+}
+
+describe('a waiting acquire outlives a failing backend', () => {
+  const tokenOf = (line: string) => line.split(' ')[1]!;
+
+  test('an attempt whose reply was lost: the wait goes on under a new token and gives the old grant back first', async () => {
+    const f = flaky();
+    const locks = make(f.backend, { ttl: '30s', retry: { minDelay: 5, maxDelay: 20 } });
+    f.fail('lost');
+    const t0 = performance.now();
+    const pending = locks.acquire('k', { wait: '5s' });
+    // the first attempt was granted on the "server", but its reply was lost; the next ones queue
+    while (f.failed < 3) await sleep(5);
+    f.fail(null);
+    const lease = await pending;
+    // far sooner than the 30 s TTL of the orphaned grant: it was released, not waited out
+    expect(performance.now() - t0).toBeLessThan(2000);
+    const attempts = f.log.filter((l) => l.startsWith('acquire'));
+    expect(attempts[0]).toMatch(/ granted, reply lost$/);
+    const failedTokens = attempts.filter((l) => l.endsWith('reply lost')).map(tokenOf);
+    const winner = tokenOf(attempts.at(-1)!);
+    expect(attempts.at(-1)).toMatch(/ granted$/);
+    // one token per failed attempt, none reused, and each given back (left, then released)
+    expect(new Set([...failedTokens, winner]).size).toBe(failedTokens.length + 1);
+    for (const t of failedTokens) {
+      const left = f.log.indexOf(`leave ${t}`);
+      const released = f.log.findIndex((l) => l.startsWith(`release ${t} `));
+      expect(left).toBeGreaterThanOrEqual(0);
+      expect(released).toBeGreaterThan(left);
+      expect(released).toBeLessThan(f.log.indexOf(attempts.at(-1)!));
+    }
+    expect(f.log).toContain(`release ${failedTokens[0]} true`); // the orphaned grant
+    expect((await locks.inspect('k'))?.fence).toBe(lease.fence);
+    await lease.release();
+    expect(await locks.inspect('k')).toBeNull();
+  });
+
+  test('a backend failing until the deadline: LockTimeoutError with the last failure as cause, one warning, nothing left', async () => {
+    const store = new MemoryStore();
+    const f = flaky(store);
+    const locks = make(f.backend, { retry: { minDelay: 5, maxDelay: 20 } });
+    const warnings: WarningEvent[] = [];
+    const onWarning = (m: unknown) => warnings.push(m as WarningEvent);
+    subscribe('leasehold:warning', onWarning);
+    try {
+      f.fail('lost');
+      const r = await timed(locks.acquire('down', { wait: 400 }));
+      expect(r.error).toBeInstanceOf(LockTimeoutError);
+      expect((r.error as LockTimeoutError).cause).toBeInstanceOf(BackendError);
+      expect((r.error as Error).message).toMatch(/^could not acquire "down" within \d+ms \(last attempt: .*ECONNRESET/);
+      expect(r.ms).toBeGreaterThanOrEqual(395);
+      expect(r.ms).toBeLessThan(400 + MARGIN);
+      expect(f.failed).toBeGreaterThan(3); // retried, with a backoff (not one attempt, not a busy loop)
+      expect(warnings.filter((w) => w.code === 'LEASEHOLD_BACKEND_FAILING')).toEqual([
+        expect.objectContaining({
+          key: 'down',
+          message: expect.stringMatching(/ECONNRESET; retrying until its wait deadline/),
+        }),
+      ]);
+      // the tokens of failed attempts are given back once the backend answers: nothing is held
+      f.fail(null);
+      await locks.close();
+      expect(f.log.filter((l) => /^release .* true$/.test(l)).length).toBeGreaterThanOrEqual(1);
+      expect(await make(memory({ store })).inspect('down')).toBeNull();
+    } finally {
+      unsubscribe('leasehold:warning', onWarning);
+    }
+  });
+
+  test('wait: 0 is one attempt: its BackendError is thrown as it is', async () => {
+    const f = flaky();
+    const locks = make(f.backend);
+    f.fail('refused');
+    await expect(locks.acquire('once', { wait: 0 })).rejects.toBeInstanceOf(BackendError);
+    await expect(locks.tryAcquire('once')).rejects.toBeInstanceOf(BackendError);
+    expect(f.failed).toBe(2);
+  });
+
+  test('an error that would fail every attempt (a read-only database) is not retried: it rejects at once', async () => {
+    const f = flaky();
+    const locks = make(f.backend);
+    f.fail('readonly');
+    const r = await timed(locks.acquire('ro', { wait: '10s' }));
+    expect(r.error).toBeInstanceOf(BackendError);
+    expect((r.error as Error).message).toMatch(/readonly database/);
+    expect(r.ms).toBeLessThan(MARGIN);
+    expect(f.failed).toBe(1);
+  });
+
+  test('a refusal before the attempt ran, then the backend is back: granted within the wait', async () => {
+    const f = flaky();
+    const locks = make(f.backend, { retry: { minDelay: 5, maxDelay: 20 } });
+    f.fail('refused');
+    const pending = locks.acquire('back', { wait: '5s' });
+    while (f.failed < 2) await sleep(5);
+    f.fail(null);
+    const lease = await pending;
+    expect(lease.held).toBe(true);
+    await lease.release();
   });
 });

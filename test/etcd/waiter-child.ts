@@ -1,7 +1,8 @@
 /**
  * A waiter in its own process (test/etcd/failover.test.ts pauses it with SIGSTOP): acquires
- * KEY on the cluster HOSTS with a 2 s etcd lease, says "queued" once refused, then "granted
- * <fence>" or "failed <message>" — one line each on stdout.
+ * KEY on the cluster HOSTS with a 2 s etcd lease, says "queued" when refused (once, and once
+ * more after a failed attempt), "attempt failed: <message>" when an attempt fails, then
+ * "granted <fence>" or "failed <message>" — one line each on stdout.
  */
 import { Etcd3 } from 'etcd3';
 import { etcd } from '../../src/backends/etcd/index.js';
@@ -12,7 +13,14 @@ const backend = etcd(client, { leaseTtl: '2s' });
 const acquire = backend.acquire.bind(backend);
 let said = false;
 backend.acquire = async (...a) => {
-  const g = await acquire(...a);
+  let g;
+  try {
+    g = await acquire(...a);
+  } catch (e) {
+    said = false;
+    console.log(`attempt failed: ${(e as Error).message.replace(/\n/g, ' ')}`);
+    throw e;
+  }
   if (!g && !said) {
     said = true;
     console.log('queued');

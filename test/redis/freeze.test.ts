@@ -7,14 +7,15 @@
  * flight through a slow link leaves no lock behind, for a user's client and for fromUrl.
  */
 import { randomUUID } from 'node:crypto';
+import { subscribe, unsubscribe } from 'node:diagnostics_channel';
 import { Redis } from 'ioredis';
 import { createClient } from 'redis';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { redis } from '../../src/backends/redis/index.js';
-import { ClosedError, createLocks, fromUrl } from '../../src/index.js';
+import { ClosedError, createLocks, fromUrl, type Lease, type WarningEvent } from '../../src/index.js';
 import { Proxy } from '../faults/proxy.js';
 import { Node } from '../redlock/nodes.js';
-import { eventually, expectBoundsWhileFrozen, OP, SHORT_TTL } from '../support/freeze.js';
+import { eventually, expectBoundsWhileFrozen, OP, SHORT_TTL, timed } from '../support/freeze.js';
 import { freePort } from '../support/ports.js';
 import { REDIS_URL } from '../support/redis.js';
 
@@ -106,6 +107,48 @@ describe.each(CONFIGS)('redis with %s', (config) => {
       await nothingHeld(prefix, keys);
     } finally {
       await node.ensureUp();
+    }
+  });
+});
+
+describe.each(CONFIGS)('redis with %s: a wait outlives a restart', (config) => {
+  test('server killed while a caller waits, then restarted: the wait gets the lock, with a higher fence', async () => {
+    const prefix = `fz-${randomUUID().slice(0, 8)}`;
+    const opts = { prefix, opTimeout: OP, ttl: '10s', retry: { minDelay: 20, maxDelay: 100 } };
+    const holder = createLocks(redis(await client(config)), opts);
+    const waiter = createLocks(redis(await client(config)), opts);
+    const held = await holder.acquire('k');
+    const failing: WarningEvent[] = [];
+    const onWarning = (m: unknown) => {
+      if ((m as WarningEvent).code === 'LEASEHOLD_BACKEND_FAILING') failing.push(m as WarningEvent);
+    };
+    const waits: string[] = [];
+    const onWait = (m: unknown) => waits.push((m as { phase: string }).phase);
+    subscribe('leasehold:warning', onWarning);
+    subscribe('leasehold:wait', onWait);
+    try {
+      const pending = timed(waiter.acquire('k', { wait: '10s' }));
+      await eventually(() => waits.includes('start'), 5000, 'the acquire to wait');
+      await node.kill();
+      try {
+        // its attempts fail (refused, or unanswered within opTimeout) and it waits on
+        await eventually(() => failing.length > 0, 5000, 'an attempt to fail');
+      } finally {
+        await node.start(); // empty: no persistence
+      }
+      const r = await pending;
+      expect(r.error).toBeUndefined();
+      const lease = r.value as Lease;
+      expect(lease.held).toBe(true);
+      expect(lease.fence).toBeGreaterThan(held.fence); // fences survive the lost data (the clock)
+      expect(failing[0]!.message).toMatch(/retrying until its wait deadline/);
+      await lease.release();
+      await nothingHeld(prefix, ['k']);
+    } finally {
+      unsubscribe('leasehold:warning', onWarning);
+      unsubscribe('leasehold:wait', onWait);
+      await node.ensureUp();
+      await Promise.allSettled([holder.close(), waiter.close()]);
     }
   });
 });

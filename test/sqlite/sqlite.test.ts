@@ -121,13 +121,18 @@ describe('sqlite: behaviour', () => {
     expect(lease.held).toBe(true);
     expect(took).toBeGreaterThanOrEqual(290);
     expect(ticks).toBeGreaterThan(20); // the loop ran timers meanwhile
-    // held for longer than busyTimeout: a clear BackendError
+    // held for longer than busyTimeout: a clear BackendError for one attempt, and a wait that
+    // retries it until its deadline says it as the cause
     const quick = createLocks(sqlite(path, { busyTimeout: 200 }));
     other.prepare('BEGIN IMMEDIATE').run();
     try {
-      await expect(quick.acquire('busy2')).rejects.toMatchObject({
+      await expect(quick.acquire('busy2', { wait: 0 })).rejects.toMatchObject({
         code: 'LEASEHOLD_BACKEND',
         message: expect.stringMatching(/stayed locked for 200ms/),
+      });
+      await expect(quick.acquire('busy2', { wait: 600 })).rejects.toMatchObject({
+        code: 'LEASEHOLD_LOCK_TIMEOUT',
+        cause: expect.objectContaining({ code: 'LEASEHOLD_BACKEND', message: expect.stringMatching(/stayed locked/) }),
       });
     } finally {
       other.prepare('ROLLBACK').run();

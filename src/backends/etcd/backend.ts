@@ -24,6 +24,7 @@ import { encodeValue, entriesOf, entryKey, rangeEnd, resultKey } from './keys.js
 import { Keyspace } from './read.js';
 import { Session } from './session.js';
 import { Watches, type Pred } from './watch.js';
+import { markTransient } from '../../transient.js';
 
 export interface EtcdConfig {
   readonly client: Namespace;
@@ -182,7 +183,7 @@ export class EtcdBackend implements Backend {
       pred = kvs.find((kv) => kv.create_revision !== rev);
     } else {
       const kv = r.responses[0]!.response_range.kvs[0];
-      if (!kv) throw new BackendError('etcd: our entry vanished during the acquire');
+      if (!kv) throw markTransient(new BackendError('etcd: our entry vanished during the acquire'));
       rev = kv.create_revision;
       pred = await this.keys.predecessor(key, rev);
     }
@@ -199,9 +200,12 @@ export class EtcdBackend implements Backend {
     const gone = () => {
       this.places.delete(place.token);
       this.preds.delete(place.key);
-      return new BackendError(
-        `etcd: the lease this waiter queued under ended while it waited (${place.session.dead ? 'lost' : 'its entry was deleted'}); it does not hold the lock`,
-        { cause: place.session.cause ?? undefined },
+      // transient: a new attempt queues again under a live lease
+      return markTransient(
+        new BackendError(
+          `etcd: the lease this waiter queued under ended while it waited (${place.session.dead ? 'lost' : 'its entry was deleted'}); it does not hold the lock`,
+          { cause: place.session.cause ?? undefined },
+        ),
       );
     };
     if (place.session.dead) throw gone();

@@ -8,6 +8,7 @@
  */
 import type { Lease, Namespace } from 'etcd3';
 import { BackendError } from '../../errors.js';
+import { markTransient } from '../../transient.js';
 
 /** Declared dead this long before the last confirmed keep-alive runs out (clock rate, scheduling). */
 const marginMs = (ttlMs: number): number => Math.floor(ttlMs * 0.02) + 50;
@@ -30,7 +31,7 @@ export class Session {
   ) {
     this.confirmedUntil = sentAt + ttlMs;
     this.lease = client.lease(Math.ceil(ttlMs / 1000), { autoKeepAlive: true });
-    this.lease.on('lost', (e: unknown) => this.die(e ?? new BackendError('etcd: lease lost')));
+    this.lease.on('lost', (e: unknown) => this.die(e ?? markTransient(new BackendError('etcd: lease lost'))));
     this.lease.on('keepaliveEstablished', () => (this.fired = []));
     this.lease.on('keepaliveFired', () => this.fired.push(performance.now()));
     this.lease.on('keepaliveSucceeded', (res: { TTL?: string }) => {
@@ -38,7 +39,8 @@ export class Session {
       const ttl = Number(res?.TTL);
       // a lease the server no longer has answers TTL 0, which arrives as a missing field (proto3
       // default), so etcd3 (which looks for '0') takes it for a success: it is the end of it
-      if (!(ttl > 0)) return this.die(new BackendError('etcd: the lease expired or was revoked on the server'));
+      if (!(ttl > 0))
+        return this.die(markTransient(new BackendError('etcd: the lease expired or was revoked on the server')));
       if (sent === undefined) return;
       this.ttlMs = ttl * 1000;
       this.confirmedUntil = Math.max(this.confirmedUntil, sent + this.ttlMs);
@@ -76,7 +78,7 @@ export class Session {
         this.timer = null;
         if (this.dead) return;
         if (performance.now() >= this.confirmedUntil - marginMs(this.ttlMs)) {
-          this.die(new BackendError('etcd: no keep-alive of the lease was confirmed within its TTL'));
+          this.die(markTransient(new BackendError('etcd: no keep-alive of the lease was confirmed within its TTL')));
         } else this.arm();
       },
       Math.max(0, Math.ceil(at - performance.now()) + 1),

@@ -15,6 +15,7 @@ import {
   type Row,
   type Subscription,
 } from './client.js';
+import { markTransient } from '../../transient.js';
 
 export class PgDb implements Db {
   /** Neither the pool nor its options (a password) print, at any depth. */
@@ -110,7 +111,7 @@ class PgConn extends Closable implements Conn {
   readonly port: number;
   private done = false;
   private readonly onError = (e: unknown) => this.fail(e);
-  private readonly onEnd = () => this.fail(new BackendError('postgres: connection ended'));
+  private readonly onEnd = () => this.fail(markTransient(new BackendError('postgres: connection ended')));
 
   constructor(private readonly client: any) {
     super();

@@ -14,6 +14,7 @@ import {
   type Row,
   type Subscription,
 } from './client.js';
+import { markTransient } from '../../transient.js';
 
 /**
  * postgres.js has no per-connection close event and crashes (a TypeError in a timer) if a
@@ -39,7 +40,7 @@ function sqlState(sql: any): SqlState {
       const hook = st.hooks.get(id);
       if (hook) {
         st.hooks.delete(id);
-        hook(new BackendError('postgres: connection closed'));
+        hook(markTransient(new BackendError('postgres: connection closed')));
       }
       if (typeof previous === 'function') return previous.call(this, id, ...rest);
     };

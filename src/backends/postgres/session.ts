@@ -37,6 +37,7 @@ import { inspectKey, readResult, terminateHolder, writeResult } from './reads.js
 import { ServerQueue, type Wait } from './queue.js';
 import { Watches } from './watch.js';
 import { createTables, statements, tablesExist, type Statements } from './sql.js';
+import { markTransient } from '../../transient.js';
 
 export interface SessionConfig {
   readonly db: Db;
@@ -233,7 +234,7 @@ export class PostgresBackend implements Backend {
       throw e;
     }
     // another server start than the one whose epoch this connection read: never grant on it
-    const e = new BackendError('postgres: the server restarted under the lock connection');
+    const e = markTransient(new BackendError('postgres: the server restarted under the lock connection'));
     this.fail(conn, e);
     throw e;
   }

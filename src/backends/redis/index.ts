@@ -39,6 +39,7 @@ import { Wakeups } from './wakeups.js';
 import { redisAdmin } from './list.js';
 import { Watchers } from './watch.js';
 import { clusterExtend, renewalCalls, spreadFlags, TryAgainAdapter } from './cluster.js';
+import { markTransient } from '../../transient.js';
 
 export { fencedSet, fenceKeyOf, resourceKeyOf } from './fenced.js';
 export { adapt } from './adapt.js';
@@ -298,7 +299,8 @@ export class RedisBackend implements Backend {
       // the session lapsed (a pause, an eviction): its leases are lost; a new one takes this lease
       if (queue) this.wakeups.forget(lock);
       this.ended(s);
-      if (retried) throw new BackendError('redis: a new session key lapsed at once (is the server evicting keys?)');
+      if (retried)
+        throw markTransient(new BackendError('redis: a new session key lapsed at once (is the server evicting keys?)'));
       return this.acquire(key, req, true);
     }
     if (s && !s.dead) {
