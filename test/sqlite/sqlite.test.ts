@@ -4,6 +4,7 @@ import { dirname, join } from 'node:path';
 import Database from 'better-sqlite3';
 import { afterAll, describe, expect, test } from 'vitest';
 import { REBOOT_FENCE_JUMP } from '../../src/backends/sqlite/schema.js';
+import { PLACE_MS } from '../../src/backends/sqlite/backend.js';
 import { defaultPath, pathFromUrl, sqlite } from '../../src/backends/sqlite/index.js';
 import { BackendError, createLocks, fromUrl, InvalidArgumentError } from '../../src/index.js';
 import { findSecret } from '../support/secrets.js';
@@ -43,6 +44,14 @@ describe('sqlite: arguments', () => {
   test('an unopenable file is a BackendError', () => {
     expect(() => sqlite(impossiblePath())).toThrow(BackendError);
     expect(() => sqlite(impossiblePath(), { mkdir: false })).toThrow(BackendError);
+    // a parent that refuses new entries with ENOENT: Node 20's recursive mkdir looped there forever
+    expect(() => sqlite('/proc/leasehold-no-such/x.db')).toThrow(/cannot create the directory .* ENOENT/);
+  });
+
+  test('missing directories are made, several levels deep', () => {
+    const path = join(dbs.path('deep'), 'a', 'b', 'locks.db');
+    sqlite(path).close();
+    expect(readdirSync(dirname(path))).toContain('locks.db');
   });
 
   test('sqlite: URLs name local files; the default lives in the XDG state directory', () => {
@@ -139,6 +148,51 @@ describe('sqlite: behaviour', () => {
       other.close();
     }
     await Promise.all([locks.close(), quick.close()]);
+  });
+
+  test('a waiter that died in the queue holds up a free lock for its place (3 s), not its TTL', async () => {
+    const path = dbs.path();
+    const holder = createLocks(sqlite(path), { ttl: '30s' });
+    const lease = await holder.acquire('dead-waiter');
+    // a waiter with a 30 s TTL takes its place and then dies: it never tries again, never leaves
+    const dead = sqlite(path);
+    expect(await dead.acquire('leasehold:dead-waiter', { token: 'dead', ttlMs: 30_000, queue: true })).toBeNull();
+    const next = createLocks(sqlite(path), { ttl: '30s' });
+    await lease.release();
+    const t0 = performance.now();
+    const got = await next.acquire('dead-waiter', { wait: '20s' });
+    const took = performance.now() - t0;
+    expect(got.fence > lease.fence).toBe(true);
+    expect(took).toBeLessThan(PLACE_MS + 1500); // its place ran out; before, it took the dead waiter's 30 s TTL
+    await Promise.all([holder.close(), next.close(), dead.close()]);
+  });
+
+  test('a live waiter keeps its place past 3 s and is served first', async () => {
+    const path = dbs.path();
+    const holder = createLocks(sqlite(path));
+    const lease = await holder.acquire('kept');
+    const first = createLocks(sqlite(path), { ttl: '30s' });
+    const waiting = first.acquire('kept', { wait: '20s' });
+    // the first waiter is queued (its place is in the file) before the second comes
+    const probe = new Database(path, { readonly: true });
+    await expect
+      .poll(() => probe.prepare('SELECT count(*) AS n FROM leasehold_queue').get(), { timeout: 5000 })
+      .toEqual({ n: 1 });
+    const second = createLocks(sqlite(path), { ttl: '30s' });
+    const later = second.acquire('kept', { wait: '20s' });
+    await expect
+      .poll(() => probe.prepare('SELECT count(*) AS n FROM leasehold_queue').get(), { timeout: 5000 })
+      .toEqual({ n: 2 });
+    // past a place's life: the waiters renewed theirs by trying again
+    await new Promise((r) => setTimeout(r, PLACE_MS + 500));
+    await lease.release();
+    const a = await waiting;
+    expect(a.held).toBe(true);
+    await a.release();
+    const b = await later;
+    expect(b.fence > a.fence).toBe(true);
+    probe.close();
+    await Promise.all([holder.close(), first.close(), second.close(), b.release()]);
   });
 
   test('after a reboot (another boot id) no lease survives and every fence jumps by 2^32', async () => {

@@ -15,6 +15,11 @@ import { hostClock, type HostClock } from './clock.js';
 import { migrate, Statements, type InfoRow, type LockRow, type PageRow, type QueueHead } from './schema.js';
 import { announce, joinHub, Poller, type Waiter } from './watch.js';
 
+/** How long a waiter's place in the queue lasts unless it tries again (as Redis's `placeTtl`). */
+export const PLACE_MS = 3000;
+/** A waiting caller tries again (renewing its place) at least this often. */
+const PLACE_REFRESH_MS = PLACE_MS / 3;
+
 type Db = BetterSqlite3.Database;
 
 /**
@@ -139,7 +144,9 @@ export class SqliteBackend implements Backend {
           return st.grant.get(key, me, now + req.ttlMs, req.value ?? null) as bigint;
         }
       }
-      if (req.queue) st.enqueue.run(key, me, now + req.ttlMs);
+      // a place lasts PLACE_MS whatever the TTL (a dead waiter holds up a free lock no longer);
+      // a live waiter tries again, renewing it, within a third of that (waitForChange)
+      if (req.queue) st.enqueue.run(key, me, now + Math.min(req.ttlMs, PLACE_MS));
       return null;
     });
     if (fence === null) {
@@ -201,8 +208,10 @@ export class SqliteBackend implements Backend {
       return sleep(Math.min(maxMs, this.config.pollMs), signal); // the next attempt reports the error
     }
     if (seen.wake) return;
-    // an expiry commits nothing: wake at the holder's expiry at the latest
-    const bound = seen.until === null ? maxMs : Math.min(maxMs, Math.max(1, seen.until - this.clock.now() + 1));
+    // an expiry commits nothing: wake at the holder's expiry at the latest; and soon enough to
+    // renew this waiter's place before it runs out
+    const most = Math.min(maxMs, PLACE_REFRESH_MS);
+    const bound = seen.until === null ? most : Math.min(most, Math.max(1, seen.until - this.clock.now() + 1));
     await new Promise<void>((resolve) => {
       const done = () => {
         clearTimeout(timer);

@@ -4,8 +4,8 @@
  * transaction, a fair ticket queue, wake-ups by `PRAGMA data_version` polling across processes
  * and at once within one. See docs/sqlite.md.
  */
-import { mkdirSync } from 'node:fs';
-import { dirname } from 'node:path';
+import { existsSync, mkdirSync } from 'node:fs';
+import { dirname, resolve } from 'node:path';
 import Database from 'better-sqlite3';
 import { toMs, type Duration } from '../../duration.js';
 import { BackendError, InvalidArgumentError } from '../../errors.js';
@@ -74,7 +74,7 @@ export function sqlite(pathOrDb: string | SqliteDatabase, options?: SqliteOption
   }
   if (pathOrDb !== ':memory:' && (o.mkdir ?? true)) {
     try {
-      mkdirSync(dirname(pathOrDb), { recursive: true });
+      mkdirs(dirname(pathOrDb));
     } catch (e) {
       throw new BackendError(`sqlite: cannot create the directory of ${pathOrDb}: ${(e as Error).message}`, {
         cause: e,
@@ -89,4 +89,24 @@ export function sqlite(pathOrDb: string | SqliteDatabase, options?: SqliteOption
     throw new BackendError(`sqlite: cannot open ${pathOrDb}: ${(e as Error).message}`, { cause: e });
   }
   return new SqliteBackend({ db, owned: true, pollMs, busyMs, synchronous });
+}
+
+/**
+ * Creates `dir` and its missing parents, one level at a time from the nearest one that exists.
+ * Not `mkdirSync(dir, { recursive: true })`: on Node 20 that loops forever, blocking the event
+ * loop, under a parent that refuses new entries with ENOENT (procfs: `/proc/x/y.db`).
+ */
+function mkdirs(dir: string): void {
+  const missing: string[] = [];
+  for (let d = resolve(dir); !existsSync(d); d = dirname(d)) {
+    missing.push(d);
+    if (dirname(d) === d) break;
+  }
+  for (const d of missing.reverse()) {
+    try {
+      mkdirSync(d);
+    } catch (e) {
+      if ((e as NodeJS.ErrnoException).code !== 'EEXIST') throw e; // made meanwhile by another process
+    }
+  }
 }
