@@ -75,6 +75,8 @@ const POLL_MS = 100;
 
 export class ElectionImpl extends EventEmitter implements Election {
   private term: Lease | null = null;
+  /** A campaign() is in flight (one at a time per handle). */
+  private campaigning = false;
   private readonly key: string;
 
   constructor(
@@ -113,11 +115,28 @@ export class ElectionImpl extends EventEmitter implements Election {
       );
     }
     if (this.term?.held) return this.term;
+    if (this.campaigning) {
+      // a second queue place of the same candidate would wait behind its own term and take the
+      // lock straight back at resign(), ahead of the others
+      throw new InvalidArgumentError(
+        `campaign: this handle of "${this.name}" is already campaigning; await that campaign (or abort its signal) first`,
+      );
+    }
+    this.campaigning = true;
+    try {
+      return await this.campaignOnce(signal);
+    } finally {
+      this.campaigning = false;
+    }
+  }
+
+  private async campaignOnce(signal: AbortSignal | undefined): Promise<Term> {
+    const opts = this.opts!;
     for (;;) {
       try {
         const term = await this.host.acquire(this.key, {
-          value: this.opts.value,
-          ttl: this.opts.ttl,
+          value: opts.value,
+          ttl: opts.ttl,
           wait: MAX_DURATION_MS,
           signal,
         });
@@ -126,7 +145,7 @@ export class ElectionImpl extends EventEmitter implements Election {
           // would never run, so neither 'elected' nor 'demoted' would be true; campaign again,
           // after a pause of one ttl (10 ms at least; 10 ms with the Locks' default ttl) rather than a
           // busy loop
-          await sleep(Math.max(10, this.opts.ttl === undefined ? 0 : toMs(this.opts.ttl, 'ttl')), signal);
+          await sleep(Math.max(10, opts.ttl === undefined ? 0 : toMs(opts.ttl, 'ttl')), signal);
           continue;
         }
         this.term = term;

@@ -379,6 +379,38 @@ describe('election: a term lost before it could lead', () => {
   });
 });
 
+describe('election: one campaign at a time per handle', () => {
+  test('a second campaign() while one is in flight is refused, so resign() hands the leadership over', async () => {
+    // before, the second call took a place of its own in the queue, behind its own term: at
+    // resign() it took the lock straight back, ahead of the candidate that was waiting
+    const store = new MemoryStore();
+    const A = createLocks(memory({ store }));
+    const B = createLocks(memory({ store }));
+    try {
+      const a = A.elect('once', { value: 'a' });
+      const b = B.elect('once', { value: 'b' });
+      const first = a.campaign();
+      await expect(a.campaign()).rejects.toThrow(/already campaigning/);
+      await first;
+      expect(await a.campaign()).toBe(await first); // leading: the same term, no new campaign
+      const bLeads = b.campaign();
+      await expect.poll(() => store.queues.get('leasehold:election:once')?.size ?? 0).toBe(1);
+      await a.resign();
+      const term = await bLeads;
+      expect(b.isLeader).toBe(true);
+      expect(a.isLeader).toBe(false);
+      expect(await a.leader()).toEqual({ value: 'b', fence: term.fence });
+      // after it settled, a handle may campaign again
+      const again = a.campaign({ signal: AbortSignal.timeout(100) });
+      await expect(again).rejects.toThrow();
+      await b.resign();
+      expect(await a.campaign()).toBeDefined();
+    } finally {
+      await Promise.all([A.close(), B.close()]);
+    }
+  });
+});
+
 describe('withLock: a lease that ran out while fn stalled the event loop', () => {
   test('rejects with LeaseLostError although fn finished, and runExclusive names itself for a bad signal', async () => {
     // fn blocks the thread past the TTL (a long GC pause, a CPU-bound stretch): no timer ran, so
