@@ -8,8 +8,16 @@ conformance({
   make: async () => memory({ store }),
   breakLock: async (fullKey, how) => {
     if (how === 'delete') store.locks.delete(fullKey);
-    else store.locks.set(fullKey, { token: 'someone-else', expiresAt: performance.now() + 60_000, value: undefined });
+    else
+      store.locks.set(fullKey, {
+        token: 'someone-else',
+        expiresAt: performance.now() + 60_000,
+        value: undefined,
+        fence: ++store.lastFence,
+      });
   },
   countKeys: async (prefix) =>
-    [...store.locks.keys(), ...store.fences.keys()].filter((k) => k.startsWith(prefix)).length,
+    [...store.locks.keys(), ...store.queues.keys(), ...store.generations.keys(), ...store.results.keys()].filter((k) =>
+      k.startsWith(prefix),
+    ).length,
 });

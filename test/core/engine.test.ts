@@ -491,3 +491,35 @@ describe('election: why a term ended', () => {
     ]);
   });
 });
+
+describe('memory backend: nothing kept per key it no longer needs', () => {
+  test('20,000 keys locked once each and released, then expired results: the store holds nothing for them', async () => {
+    // before, a fence counter and a wake-up count stayed for every key ever locked, and an
+    // expired result until its key was read again: a worker locking a key per order id grew forever
+    const store = new MemoryStore();
+    const locks = createLocks(memory({ store }));
+    try {
+      let last = 0n;
+      for (let i = 0; i < 20_000; i++) {
+        const lease = await locks.acquire(`order:${i}`);
+        expect(lease.fence > last).toBe(true); // fences still grow (unique across keys now)
+        last = lease.fence;
+        await lease.release();
+      }
+      for (let i = 0; i < 2_000; i++) await locks.idempotent(`pay:${i}`, async () => i, { ttl: 50 });
+      await new Promise((r) => setTimeout(r, 100)); // the results' 50 ms TTL passes
+      for (let i = 0; i < 1_100; i++) await (await locks.acquire(`tick:${i % 10}`)).release(); // sweeps run on writes
+      expect(store.locks.size).toBe(0);
+      expect(store.queues.size).toBe(0);
+      expect(store.generations.size).toBe(0);
+      expect(store.results.size).toBeLessThan(1_024); // what the last writes stored since the sweep
+      expect([...store.results.keys()].filter((k) => k.includes('pay:'))).toEqual([]);
+      // a key locked again continues above every fence it had
+      const again = await locks.acquire('order:0');
+      expect(again.fence > last).toBe(true);
+      await again.release();
+    } finally {
+      await locks.close();
+    }
+  });
+});

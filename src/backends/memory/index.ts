@@ -12,6 +12,7 @@ interface Entry {
   token: string;
   expiresAt: number;
   value: string | undefined;
+  fence: bigint;
 }
 
 const clock = (): number => performance.now();
@@ -23,16 +24,27 @@ export class MemoryStore {
     return `MemoryStore { locks: ${this.locks.size} }`;
   }
   readonly locks = new Map<string, Entry>();
-  readonly fences = new Map<string, bigint>();
+  /**
+   * The last fence granted, on any key: one counter for the store, so a fence grows per key
+   * without a record per key that was ever locked (a worker locking a key per order id would keep
+   * one for each forever). Fences are unique across keys, not consecutive per key.
+   */
+  lastFence = 0n;
   /** Arrival queue per key: token → expiry of that waiter's place (insertion order = arrival). */
   readonly queues = new Map<string, Map<string, number>>();
   private readonly listeners = new Map<string, Set<() => void>>();
   /** Observers per key: told of every change of holder (grant, release). */
   private readonly watchers = new Map<string, Set<() => void>>();
-  /** Per key: how many wake-ups were sent (a waiter compares it with what it saw when it tried). */
+  /**
+   * Per key: the last wake-up sent, a number that never repeats in the store (a waiter compares it
+   * with what it saw when it tried). Kept while the key is held or has waiters or listeners.
+   */
   readonly generations = new Map<string, number>();
+  private generation = 0;
   /** Idempotency results: lock key → stored result. */
   readonly results = new Map<string, { value: string; expiresAt: number }>();
+  /** Writes since the last sweep of expired locks and results. */
+  private writes = 0;
 
   live(key: string): Entry | undefined {
     const e = this.locks.get(key);
@@ -53,6 +65,32 @@ export class MemoryStore {
     }
     this.queues.delete(key);
     return undefined;
+  }
+
+  /** Removes `token` from the key's queue (and the queue once empty); true if it was there. */
+  dequeue(key: string, token: string): boolean {
+    const q = this.queues.get(key);
+    if (!q?.delete(token)) return false;
+    if (q.size === 0) this.queues.delete(key);
+    return true;
+  }
+
+  /**
+   * Amortised clean-up, every 1,024 writes: expired locks and results that nobody touched again
+   * (a key used once) would otherwise stay forever.
+   */
+  wrote(): void {
+    if (++this.writes < 1024) return;
+    this.writes = 0;
+    const t = clock();
+    for (const [key, e] of this.locks) if (e.expiresAt <= t) this.locks.delete(key);
+    for (const [key, r] of this.results) if (r.expiresAt <= t) this.results.delete(key);
+    for (const key of this.generations.keys()) this.forget(key);
+  }
+
+  /** Drops the key's wake-up record when nothing can compare it any more. */
+  private forget(key: string): void {
+    if (!this.locks.has(key) && !this.queues.has(key) && !this.listeners.has(key)) this.generations.delete(key);
   }
 
   on(key: string, fn: () => void): () => void {
@@ -82,9 +120,10 @@ export class MemoryStore {
   }
 
   notify(key: string): void {
-    this.generations.set(key, (this.generations.get(key) ?? 0) + 1);
+    this.generations.set(key, ++this.generation);
     const set = this.listeners.get(key);
     if (set) for (const fn of [...set]) fn();
+    this.forget(key);
   }
 }
 
@@ -112,6 +151,7 @@ export class MemoryBackend implements Backend {
     put: async (lockKey, token, value, ttlMs) => {
       if (this.store.live(lockKey)?.token !== token) return false;
       this.store.results.set(lockKey, { value, expiresAt: clock() + ttlMs });
+      this.store.wrote();
       return true;
     },
   };
@@ -127,12 +167,12 @@ export class MemoryBackend implements Backend {
     const t = clock();
     const head = s.queueHead(key);
     if (!s.live(key) && (head === undefined || head === req.token)) {
-      s.queues.get(key)?.delete(req.token);
+      s.dequeue(key, req.token);
       this.seen.delete(key);
-      s.locks.set(key, { token: req.token, expiresAt: t + req.ttlMs, value: req.value });
-      const fence = (s.fences.get(key) ?? 0n) + 1n;
-      s.fences.set(key, fence);
+      const fence = ++s.lastFence;
+      s.locks.set(key, { token: req.token, expiresAt: t + req.ttlMs, value: req.value, fence });
       s.changed(key);
+      s.wrote();
       return { fence };
     }
     if (req.queue) {
@@ -165,8 +205,8 @@ export class MemoryBackend implements Backend {
   }
 
   async leave(key: string, token: string): Promise<void> {
-    const q = this.store.queues.get(key);
-    if (q?.delete(token)) this.store.notify(key);
+    this.seen.delete(key);
+    if (this.store.dequeue(key, token)) this.store.notify(key);
   }
 
   waitForChange(key: string, signal: AbortSignal, maxMs: number): Promise<void> {
@@ -195,7 +235,7 @@ export class MemoryBackend implements Backend {
     if (!e) return null;
     const info: LockInfo = {
       key,
-      fence: this.store.fences.get(key) ?? 0n,
+      fence: e.fence,
       remainingMs: Math.max(0, Math.round(e.expiresAt - clock())),
     };
     return e.value === undefined ? info : { ...info, value: e.value };
