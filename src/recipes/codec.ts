@@ -1,12 +1,38 @@
 /**
  * How `idempotent` stores a result: JSON, plus tags for what JSON would silently change or
- * refuse — `bigint`, `Date`, `Map`, `Set`, `Uint8Array`/`Buffer` (comes back as a Buffer),
- * `undefined`, `NaN`, `±Infinity` and `-0`. A function or a symbol anywhere in the value, or a cycle,
- * is refused (a TypeError) instead of being dropped. Class instances come back as plain objects
+ * refuse — `bigint`, `Date`, `Map`, `Set`, `Uint8Array`/`Buffer` (comes back as a Buffer), an
+ * `ArrayBuffer`, the other typed arrays and `DataView` (each as its own type), `undefined`, `NaN`,
+ * `±Infinity` and `-0`. A function or a symbol anywhere in the value (a symbol-keyed property too),
+ * a `WeakMap`, `WeakSet` or `Promise`, or a cycle, is refused (a TypeError) instead of being dropped. Class instances come back as plain objects
  * of their own enumerable properties, as with JSON. Plain JSON values are stored as plain JSON.
  */
 
 const TAG = '$lh';
+
+/** Typed arrays and DataView, by constructor name (Uint8Array is stored as bytes: a Buffer). */
+const VIEWS = new Map<string, new (buffer: ArrayBuffer) => ArrayBufferView>([
+  ['Int8Array', Int8Array],
+  ['Uint8ClampedArray', Uint8ClampedArray],
+  ['Int16Array', Int16Array],
+  ['Uint16Array', Uint16Array],
+  ['Int32Array', Int32Array],
+  ['Uint32Array', Uint32Array],
+  ['Float32Array', Float32Array],
+  ['Float64Array', Float64Array],
+  ['BigInt64Array', BigInt64Array],
+  ['BigUint64Array', BigUint64Array],
+  ['DataView', DataView],
+]);
+
+const isEnumerable = (o: object, key: symbol) => Object.prototype.propertyIsEnumerable.call(o, key);
+
+/** A copy of the bytes in a fresh ArrayBuffer of their own. */
+function arrayBufferOf(base64: string): ArrayBuffer {
+  const b = Buffer.from(base64, 'base64');
+  const out = new ArrayBuffer(b.byteLength);
+  new Uint8Array(out).set(b);
+  return out;
+}
 type Tagged = { [TAG]: string; v?: unknown };
 
 function replacer(this: Record<string, unknown>, k: string, v: unknown): unknown {
@@ -28,6 +54,18 @@ function replacer(this: Record<string, unknown>, k: string, v: unknown): unknown
   if (raw instanceof Set) return { [TAG]: 'set', v: [...raw] };
   if (raw instanceof Uint8Array) {
     return { [TAG]: 'bytes', v: Buffer.from(raw.buffer, raw.byteOffset, raw.byteLength).toString('base64') };
+  }
+  if (raw instanceof ArrayBuffer) return { [TAG]: 'arraybuffer', v: Buffer.from(raw).toString('base64') };
+  if (ArrayBuffer.isView(raw)) {
+    const type = raw.constructor.name;
+    if (!VIEWS.has(type)) throw new TypeError(`a ${type} cannot be stored${k ? ` (at "${k}")` : ''}`);
+    return { [TAG]: 'view', v: [type, Buffer.from(raw.buffer, raw.byteOffset, raw.byteLength).toString('base64')] };
+  }
+  if (raw instanceof WeakMap || raw instanceof WeakSet || raw instanceof Promise) {
+    throw new TypeError(`a ${raw.constructor.name} cannot be stored${k ? ` (at "${k}")` : ''}`);
+  }
+  if (raw !== null && typeof raw === 'object' && Object.getOwnPropertySymbols(raw).some((s) => isEnumerable(raw, s))) {
+    throw new TypeError(`a symbol-keyed property cannot be stored${k ? ` (at "${k}")` : ''}`);
   }
   if (v !== null && typeof v === 'object' && !Array.isArray(v) && Object.hasOwn(v, TAG)) {
     return { [TAG]: 'object', v: Object.entries(v) }; // a user object that happens to use our tag
@@ -75,6 +113,14 @@ function tagged(t: Tagged): unknown {
       return new Set(revive(t.v) as unknown[]);
     case 'bytes':
       return Buffer.from(String(t.v), 'base64');
+    case 'arraybuffer':
+      return arrayBufferOf(String(t.v));
+    case 'view': {
+      const [type, data] = t.v as [string, string];
+      const View = VIEWS.get(type);
+      if (!View) throw new TypeError(`unknown stored view "${type}"`);
+      return new View(arrayBufferOf(data));
+    }
     case 'object':
       return Object.fromEntries(revive(t.v) as [string, unknown][]);
     default:
