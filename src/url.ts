@@ -168,6 +168,11 @@ export async function fromUrl(url: string | readonly string[]): Promise<Backend>
   const u = parse(url);
   switch (u.protocol) {
     case 'memory:': {
+      if (u.href !== 'memory:' && u.href !== 'memory://') {
+        throw new InvalidArgumentError(
+          `fromUrl: a memory: URL takes nothing after the scheme, got ${JSON.stringify(redactUrl(u.href))}`,
+        );
+      }
       const { memory } = await import('./backends/memory/index.js');
       return memory();
     }

@@ -23,15 +23,16 @@ export interface Backoff {
   readonly factor: number;
 }
 
-export function parseRetry(v: unknown, where: string): Backoff {
-  const o = checkOptions<RetryOptions>(v, ['minDelay', 'maxDelay', 'factor'], `${where}.retry`);
-  const minMs = o.minDelay === undefined ? 10 : toMs(o.minDelay, 'retry.minDelay');
-  const maxMs = o.maxDelay === undefined ? 500 : toMs(o.maxDelay, 'retry.maxDelay');
+/** Parses a backoff option; `name` is the option as its caller calls it (`retry`, `backoff`). */
+export function parseRetry(v: unknown, where: string, name = 'retry'): Backoff {
+  const o = checkOptions<RetryOptions>(v, ['minDelay', 'maxDelay', 'factor'], `${where}.${name}`);
+  const minMs = o.minDelay === undefined ? 10 : toMs(o.minDelay, `${name}.minDelay`);
+  const maxMs = o.maxDelay === undefined ? 500 : toMs(o.maxDelay, `${name}.maxDelay`);
   const factor = o.factor ?? 2;
   if (typeof factor !== 'number' || !Number.isFinite(factor) || factor < 1) {
-    throw new InvalidArgumentError('retry.factor must be a finite number ≥ 1');
+    throw new InvalidArgumentError(`${name}.factor must be a finite number ≥ 1`);
   }
-  if (maxMs < minMs) throw new InvalidArgumentError('retry.maxDelay must be ≥ retry.minDelay');
+  if (maxMs < minMs) throw new InvalidArgumentError(`${name}.maxDelay must be ≥ ${name}.minDelay`);
   return { minMs, maxMs, factor };
 }
 

@@ -43,7 +43,7 @@ export async function withOptimisticRetry<T>(
   ) {
     throw new InvalidArgumentError(`withOptimisticRetry: maxAttempts must be an integer from 1 to ${MAX_ATTEMPTS}`);
   }
-  const backoff = parseRetry(o.backoff, 'withOptimisticRetry');
+  const backoff = parseRetry(o.backoff, 'withOptimisticRetry', 'backoff');
   const signal = checkSignal(o.signal, 'withOptimisticRetry');
   for (let n = 1; ; n++) {
     if (signal?.aborted) throw signal.reason;

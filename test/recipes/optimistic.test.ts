@@ -96,5 +96,13 @@ describe('withOptimisticRetry', () => {
     }
     await expect(withOptimisticRetry('nope' as never)).rejects.toBeInstanceOf(InvalidArgumentError);
     expect(calls).toBe(0);
+    // the messages name the option the caller passed (they said retry, an option it does not have)
+    await expect(withOptimisticRetry(attempt, { backoff: { jitter: 1 } } as never)).rejects.toThrow(
+      'withOptimisticRetry.backoff: unknown option "jitter"',
+    );
+    await expect(withOptimisticRetry(attempt, { backoff: { minDelay: 100, maxDelay: 10 } })).rejects.toThrow(
+      'backoff.maxDelay must be ≥ backoff.minDelay',
+    );
+    await expect(withOptimisticRetry(attempt, { backoff: { minDelay: 0 } })).rejects.toThrow(/^backoff\.minDelay/);
   });
 });

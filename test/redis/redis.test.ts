@@ -207,6 +207,15 @@ describe('fencedSet', () => {
       expect(await (await adminClient()).get(`leasehold-resource:{${key}}`)).toBe('v100');
       await expect(fencedSet(c, '', 'x', 1n)).rejects.toBeInstanceOf(InvalidArgumentError);
       await expect(fencedSet(c, key, 'x', 1 as never)).rejects.toBeInstanceOf(InvalidArgumentError);
+      // a fence record someone else overwrote: a clear LeaseholdError (before, a raw SyntaxError
+      // from BigInt), and nothing written
+      await (await adminClient()).set(`leasehold-resource:{${key}}:fence-seen`, 'abc');
+      const bad = await fencedSet(c, key, 'x', 5n).catch((e: unknown) => e);
+      expect(bad).toMatchObject({
+        code: 'LEASEHOLD_BACKEND',
+        message: expect.stringMatching(/holds "abc", not a fence; nothing was written/),
+      });
+      expect(await (await adminClient()).get(`leasehold-resource:{${key}}`)).toBe('v100');
     },
   );
 });

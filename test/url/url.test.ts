@@ -123,10 +123,14 @@ describe('fromUrl', () => {
     expect(`${(e as Error).message} ${(e as Error).stack}`).not.toContain('s3cr3t');
   }, 15_000);
 
-  test('memory: needs no server', async () => {
+  test('memory: needs no server, and takes nothing after the scheme', async () => {
     const locks = createLocks(await fromUrl('memory:'));
     expect((await locks.acquire('m')).fence).toBe(1n);
     await locks.close();
+    await (await fromUrl('memory://')).close();
+    // before, anything after memory: was ignored (a typo such as memory:shared looked meaningful)
+    for (const u of ['memory:foo', 'memory://host:1/x?y=1#z', 'memory:?shared=1'])
+      await expect(fromUrl(u), u).rejects.toThrow(/a memory: URL takes nothing after the scheme/);
   });
 
   test.each([

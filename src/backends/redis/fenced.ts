@@ -2,7 +2,7 @@
  * Fencing at a Redis resource: `fencedSet` writes a value only if the writer's fence is at least
  * the highest fence that resource has accepted, in one script (check and write are atomic).
  */
-import { InvalidArgumentError, StaleFenceError } from '../../errors.js';
+import { BackendError, InvalidArgumentError, StaleFenceError } from '../../errors.js';
 import { checkKey, checkString } from '../../validate.js';
 import { adapt } from './adapt.js';
 import { script, type RedisClientLike } from './client.js';
@@ -46,5 +46,12 @@ export async function fencedSet(client: RedisClientLike, key: string, value: str
   ]);
   if (r instanceof Error) throw r;
   const [ok, top] = r as [number, string];
-  if (Number(ok) !== 1) throw new StaleFenceError(key, fence, BigInt(top));
+  if (Number(ok) === 1) return;
+  if (!/^(0|[1-9][0-9]*)$/.test(String(top))) {
+    // someone else wrote that key: no fence can be judged against it
+    throw new BackendError(
+      `fencedSet: the fence record of "${key}" (${fenceKeyOf(key)}) holds ${JSON.stringify(String(top).slice(0, 40))}, not a fence; nothing was written`,
+    );
+  }
+  throw new StaleFenceError(key, fence, BigInt(top));
 }
