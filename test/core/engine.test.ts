@@ -493,6 +493,13 @@ describe('election: why a term ended', () => {
 });
 
 describe('memory backend: nothing kept per key it no longer needs', () => {
+  test('a store passed where the options go is told how to pass it', () => {
+    // before: 'memory: unknown option "locks"'
+    expect(() => memory(new MemoryStore() as never)).toThrow(
+      'memory: pass a shared store as an option: memory({ store })',
+    );
+  });
+
   test('20,000 keys locked once each and released, then expired results: the store holds nothing for them', async () => {
     // before, a fence counter and a wake-up count stayed for every key ever locked, and an
     // expired result until its key was read again: a worker locking a key per order id grew forever

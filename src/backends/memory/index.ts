@@ -133,6 +133,9 @@ export interface MemoryOptions {
 }
 
 export function memory(options?: MemoryOptions): MemoryBackend {
+  if (options instanceof MemoryStore) {
+    throw new InvalidArgumentError('memory: pass a shared store as an option: memory({ store })');
+  }
   const o = checkOptions<MemoryOptions>(options, ['store'], 'memory');
   if (o.store !== undefined && !(o.store instanceof MemoryStore))
     throw new InvalidArgumentError('memory: store must be a MemoryStore');
