@@ -4,9 +4,10 @@
  * watches, the session as liveness. See docs/zookeeper.md.
  */
 import { toMs, type Duration } from '../../duration.js';
-import { InvalidArgumentError } from '../../errors.js';
+import { BackendError, InvalidArgumentError } from '../../errors.js';
 import { checkOptions } from '../../validate.js';
 import { isZookeeperClient, ZkSession, type ZookeeperClientLike } from './client.js';
+import { isZkPath, parseHosts } from './hosts.js';
 import { ZookeeperBackend } from './backend.js';
 
 export { ZookeeperBackend } from './backend.js';
@@ -43,11 +44,7 @@ export interface ZookeeperConnectOptions extends ZookeeperOptions {
 
 export function checkRoot(root: unknown): string {
   if (root === undefined) return '/leasehold';
-  if (
-    typeof root !== 'string' ||
-    !/^\/[A-Za-z0-9_.:=-]+(\/[A-Za-z0-9_.:=-]+)*$/.test(root) ||
-    root.split('/').some((p) => p === '.' || p === '..')
-  ) {
+  if (typeof root !== 'string' || !isZkPath(root)) {
     throw new InvalidArgumentError(`zookeeper: root must be an absolute path like '/leasehold', got ${String(root)}`);
   }
   return root;
@@ -79,17 +76,21 @@ export function zookeeper(client: ZookeeperClientLike, options?: ZookeeperOption
  * backend's `close()`; a new session replaces an expired one). Used by `fromUrl('zk://…')`.
  */
 export async function connectZookeeper(hosts: string, options?: ZookeeperConnectOptions): Promise<ZookeeperBackend> {
-  if (typeof hosts !== 'string' || !/^[^\s/,]+(,[^\s/,]+)*(\/\S*)?$/.test(hosts))
+  if (typeof hosts !== 'string')
     throw new InvalidArgumentError('connectZookeeper: hosts must look like "host:port[,host:port…][/chroot]"');
-  const { o, root, suspendedIsLost } = parse(
-    options,
-    [...OPTIONS, 'sessionTimeout', 'connectTimeout', 'lazyConnect'],
-    'connectZookeeper',
-  );
+  // ports (1 to 65535) and the chroot are checked here: node-zookeeper-client throws for a bad
+  // port from a timer (the process ends) and for a bad chroot from an assert
+  const { servers, chroot } = parseHosts(hosts, 'connectZookeeper');
+  const {
+    o,
+    root: under,
+    suspendedIsLost,
+  } = parse(options, [...OPTIONS, 'sessionTimeout', 'connectTimeout', 'lazyConnect'], 'connectZookeeper');
   const sessionTimeout = o.sessionTimeout === undefined ? 30_000 : toMs(o.sessionTimeout, 'sessionTimeout');
   const connectMs = o.connectTimeout === undefined ? 10_000 : toMs(o.connectTimeout, 'connectTimeout');
   if (o.lazyConnect !== undefined && typeof o.lazyConnect !== 'boolean')
     throw new InvalidArgumentError('connectZookeeper: lazyConnect must be a boolean');
+  const root = under;
   let mod: any;
   try {
     const name: string = 'node-zookeeper-client'; // typed by ZookeeperClientLike, not by the package
@@ -104,14 +105,17 @@ export async function connectZookeeper(hosts: string, options?: ZookeeperConnect
   }
   const zkmod = mod.default ?? mod;
   const make = (): ZookeeperClientLike =>
-    zkmod.createClient(hosts, { sessionTimeout, spinDelay: 50, retries: 0 }) as ZookeeperClientLike;
+    zkmod.createClient(servers + chroot, { sessionTimeout, spinDelay: 50, retries: 0 }) as ZookeeperClientLike;
   const client = make() as any;
   const session = new ZkSession(client, make, sessionTimeout);
   const backend = new ZookeeperBackend({ session, owned: true, root, suspendedIsLost });
   client.connect();
   if (o.lazyConnect) return backend;
   const timer = new Promise<never>((_, reject) => {
-    const t = setTimeout(() => reject(new Error(`no ZooKeeper server answered within ${connectMs}ms`)), connectMs);
+    const t = setTimeout(
+      () => reject(new BackendError(`zookeeper: no server answered within ${connectMs}ms (connectTimeout)`)),
+      connectMs,
+    );
     t.unref();
   });
   try {
