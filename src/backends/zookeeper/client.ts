@@ -392,7 +392,15 @@ export class ZkSession {
       try {
         await this.create(at, null, PERSISTENT);
       } catch (e) {
-        if (zkCode(e) !== NODE_EXISTS) throw e;
+        const code = zkCode(e);
+        // the top of the tree has no parent but the client's chroot: that one is missing
+        if (code === NO_NODE && at === `/${parts[0]}`) {
+          const chroot = this.client?.connectionManager?.chrootPath;
+          throw new BackendError(
+            `zookeeper: the client's chroot ${typeof chroot === 'string' ? `"${chroot}" ` : ''}does not exist: create it, or give the chroot to connectZookeeper or zk://, which create it`,
+          );
+        }
+        if (code !== NODE_EXISTS) throw e;
       }
     }
   }

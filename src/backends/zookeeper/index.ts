@@ -90,7 +90,10 @@ export async function connectZookeeper(hosts: string, options?: ZookeeperConnect
   const connectMs = o.connectTimeout === undefined ? 10_000 : toMs(o.connectTimeout, 'connectTimeout');
   if (o.lazyConnect !== undefined && typeof o.lazyConnect !== 'boolean')
     throw new InvalidArgumentError('connectZookeeper: lazyConnect must be a boolean');
-  const root = under;
+  // The client connects without the chroot, which goes in front of the root instead: the same
+  // nodes, and a chroot that does not exist yet is created with the first key's directory
+  // (persistent nodes, by mkdirp), where a client chrooted to it failed every call with NO_NODE.
+  const root = chroot + under;
   let mod: any;
   try {
     const name: string = 'node-zookeeper-client'; // typed by ZookeeperClientLike, not by the package
@@ -105,7 +108,7 @@ export async function connectZookeeper(hosts: string, options?: ZookeeperConnect
   }
   const zkmod = mod.default ?? mod;
   const make = (): ZookeeperClientLike =>
-    zkmod.createClient(servers + chroot, { sessionTimeout, spinDelay: 50, retries: 0 }) as ZookeeperClientLike;
+    zkmod.createClient(servers, { sessionTimeout, spinDelay: 50, retries: 0 }) as ZookeeperClientLike;
   const client = make() as any;
   const session = new ZkSession(client, make, sessionTimeout);
   const backend = new ZookeeperBackend({ session, owned: true, root, suspendedIsLost });
