@@ -117,6 +117,12 @@ export class ZookeeperBackend implements Backend {
     return this.mutex.release(key, token);
   }
 
+  /** runExclusive's lockAtLeastFor: a stored window that outlives the process; our node goes (mutex.keep). */
+  async keep(key: string, token: string, ms: number): Promise<boolean> {
+    this.assertOpen();
+    return this.mutex.keep(key, token, ms);
+  }
+
   leave(key: string, token: string): Promise<void> {
     return this.mutex.leave(key, token);
   }
@@ -256,6 +262,7 @@ export class ZookeeperBackend implements Backend {
     // waiters' places go now; held locks were released by the engine (detached ones stay)
     const waiting = [...this.mutex.nodes.values()].filter((m) => !m.held);
     await Promise.allSettled(waiting.map((m) => this.mutex.drop(m)));
+    this.mutex.stopWindowTimers(); // kept windows stay, honoured by their stored end
     if (this.zk.usable) await this.mutex.flushCleanups();
     this.mutex.forgetWatches();
     await this.zk.close(this.config.owned);

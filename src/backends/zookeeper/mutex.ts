@@ -64,6 +64,8 @@ export class Mutex {
   private readonly creates: ProtectedCreates;
   /** Predecessor watches in place (one per path; ZooKeeper watches fire once). */
   private readonly armed = new Map<string, Set<() => void>>();
+  /** Timers that delete kept windows at their end while this process runs (keep). */
+  private readonly windowEnds = new Set<NodeJS.Timeout>();
 
   constructor(
     private readonly zk: ZkSession,
@@ -263,6 +265,12 @@ export class Mutex {
     await Promise.all([...this.cleanups.keys()].map((d) => this.cleanNow(d)));
   }
 
+  /** Stops deleting kept windows at their end (close()): they stay, honoured by their stored end. */
+  stopWindowTimers(): void {
+    for (const t of this.windowEnds) clearTimeout(t);
+    this.windowEnds.clear();
+  }
+
   private async removeOurWindow(m: Mine): Promise<void> {
     const w = await this.readWindow(m.dir);
     if (w && w.digest === m.digest)
@@ -314,8 +322,19 @@ export class Mutex {
       if (!stat) m.held = false;
       return !!stat;
     }
-    const data = encodeData({ d: m.digest, f: m.fence.toString(), ms: ttlMs });
+    if (!(await this.writeWindow(m, ttlMs))) return false;
+    m.ttlMs = ttlMs;
+    return true;
+  }
+
+  /**
+   * Stores a window of `ms` from now (the server's mtime) in the key's window node, in one multi
+   * with a check of our node: false (and the lease not held) when our node is gone.
+   */
+  private async writeWindow(m: Mine, ms: number): Promise<boolean> {
+    const data = encodeData({ d: m.digest, f: m.fence.toString(), ms });
     const window = `${m.dir}/${WINDOW}`;
+    m.windowed = true; // a release after a failed write removes a window whose reply was lost
     try {
       await this.zk.multi([
         { op: 'check', path: m.path },
@@ -332,8 +351,31 @@ export class Mutex {
         return this.lostOn(m, e2);
       }
     }
-    m.windowed = true;
-    m.ttlMs = ttlMs;
+    return true;
+  }
+
+  /**
+   * runExclusive's lockAtLeastFor: the lock becomes the key's window for `ms` more, and our node
+   * goes. The window node (persistent, its end the server's mtime + ms) is honoured by every
+   * acquirer, also after this process and its session are gone; while this process runs, it
+   * deletes the window at its end (the timer starts after the write committed, so never early).
+   * The ephemeral node cannot stay: it would hold the lock for as long as the session lives.
+   */
+  async keep(key: string, token: string, ms: number): Promise<boolean> {
+    const m = this.nodes.get(token);
+    if (!m || m.key !== key || !m.held || m.session !== this.zk.session) return false;
+    if (!(await this.writeWindow(m, ms))) return false;
+    m.held = false;
+    m.windowed = false; // drop() leaves the window in place
+    await this.drop(m);
+    const t = setTimeout(() => {
+      this.windowEnds.delete(t);
+      void this.removeOurWindow(m)
+        .then(() => this.cleanLater(m.dir))
+        .catch(() => {}); // left for the next acquirer, which deletes an expired window
+    }, ms);
+    t.unref();
+    this.windowEnds.add(t);
     return true;
   }
 
