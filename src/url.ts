@@ -48,6 +48,31 @@ function parse(url: unknown): URL {
   }
 }
 
+/**
+ * `host:port` of a redis:// URL as written, normalised without DNS: the host lowercased (an IPv6
+ * address in the URL parser's canonical form), the default port 6379 filled in. So `LOCALHOST`
+ * and `localhost:6379` are one node; `localhost` and `127.0.0.1` are two names, never resolved.
+ */
+function nodeOf(u: URL): string {
+  const host = u.hostname.toLowerCase() || 'localhost';
+  return `${host}:${u.port || '6379'}`;
+}
+
+/** Two Redlock URLs naming one node would count it twice towards a majority: refused before connecting. */
+function refuseSameNode(urls: readonly URL[]): void {
+  const seen = new Map<string, number>();
+  urls.forEach((u, i) => {
+    const node = nodeOf(u);
+    const j = seen.get(node);
+    if (j !== undefined) {
+      throw new InvalidArgumentError(
+        `fromUrl: url[${i}] and url[${j}] both point at ${node}; Redlock needs independent nodes`,
+      );
+    }
+    seen.set(node, i);
+  });
+}
+
 const SUPPORTED =
   'redis://, rediss://, redis+cluster://, redis+sentinel://, several redis:// (Redlock), postgres://, postgresql://, zk://, etcd://, etcds://, sqlite:, memory:';
 
@@ -150,6 +175,7 @@ export async function fromUrl(url: string | readonly string[]): Promise<Backend>
           `fromUrl: Redlock needs at least 3 independent Redis nodes, got ${url.length} (use one URL for a single Redis)`,
         );
       }
+      refuseSameNode(parsed);
       const { redlock } = await import('./backends/redlock/index.js');
       const opened = await Promise.allSettled(url.map((u) => redisClient(u)));
       const clients = opened.flatMap((r) => (r.status === 'fulfilled' ? [r.value] : []));
@@ -159,7 +185,12 @@ export async function fromUrl(url: string | readonly string[]): Promise<Backend>
         await closeAll();
         throw (failed as PromiseRejectedResult).reason;
       }
-      return owning(redlock(clients.map((c) => c.client)), closeAll);
+      try {
+        return owning(redlock(clients.map((c) => c.client)), closeAll);
+      } catch (e) {
+        await closeAll(); // a client left open would keep the process from exiting
+        throw e;
+      }
     }
     return fromUrl(url[0]!);
   }

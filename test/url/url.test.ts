@@ -1,4 +1,5 @@
 /** fromUrl against the real servers. */
+import net from 'node:net';
 import { afterAll, describe, expect, test } from 'vitest';
 import {
   BackendError,
@@ -10,6 +11,7 @@ import {
 } from '../../src/index.js';
 import { Clients } from '../support/redis.js';
 import { CONNECT_MS } from '../../src/redis-urls.js';
+import { freePorts } from '../support/ports.js';
 
 const clients = new Clients();
 afterAll(() => clients.closeAll());
@@ -94,6 +96,32 @@ describe('fromUrl', () => {
     await expect(fromUrl(['redis://127.0.0.1:7001', 'postgres://x', 'redis://y'])).rejects.toBeInstanceOf(
       InvalidArgumentError,
     );
+  });
+
+  test('Redlock URLs naming one node twice (normalised host:port) are refused before any connection', async () => {
+    // a listener that counts connections and drops each at once: a connect fails fast, never hangs
+    let connections = 0;
+    const node = net.createServer((socket) => {
+      connections++;
+      socket.destroy();
+    });
+    const [port, closed] = await freePorts(2); // nothing listens on `closed`: a connect there is a BackendError
+    await new Promise<void>((resolve) => node.listen(port, '127.0.0.1', resolve));
+    try {
+      for (const [urls, pair] of [
+        [[`redis://127.0.0.1:${port}`, `redis://127.0.0.1:${port}/1`, `redis://127.0.0.1:${closed}`], '1] and url[0'],
+        [[`redis://LOCALHOST:${port}`, `redis://localhost:${closed}`, `redis://localhost:${port}`], '2] and url[0'],
+        [[`redis://127.0.0.1:${closed}`, `redis://127.0.0.1`, `redis://127.0.0.1:6379/2`], '2] and url[1'],
+        [[`redis://[::1]:${closed}`, `redis://127.0.0.1:${port}`, `rediss://[0:0::1]:${closed}`], '2] and url[0'],
+      ] as const) {
+        const e = await fromUrl(urls).catch((x: unknown) => x);
+        expect(e).toBeInstanceOf(InvalidArgumentError);
+        expect((e as Error).message).toContain(`url[${pair}] both point at`);
+      }
+      expect(connections).toBe(0); // no client was opened, so none is left open
+    } finally {
+      await new Promise((resolve) => node.close(resolve));
+    }
   });
 
   test('postgres:// builds a working backend and ends its pool on close()', async () => {
