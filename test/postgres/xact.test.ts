@@ -168,6 +168,40 @@ describe.each(KINDS)('transaction mode (%s)', (kind) => {
     expect((await inTx(kind, client, (tx) => tryXactLock(tx, key)))! > rolledBack).toBe(true);
   });
 
+  test('a connection outside BEGIN that cannot tell (postgres.js reserved, a pg client without its status) is refused; nothing is locked, no fence drawn', async () => {
+    const client = await env.client(kind, 4);
+    const key = uid();
+    const full = `leasehold:${key}`;
+    // a schema of its own: its first fence is (1 << 40) + 1 unless a refused call drew one
+    const schema = `lh_${uid()}`;
+    // pg: a client seen through a wrapper has no getTransactionStatus; postgres.js: sql.reserve()
+    const conn = kind === 'pg' ? await client.connect() : await client.reserve();
+    const tx: any = kind === 'pg' ? { query: (...a: unknown[]) => conn.query(...a) } : conn;
+    const begin = (text: string) => (kind === 'pg' ? conn.query(text) : conn.unsafe(text));
+    try {
+      for (const f of [xactLock, tryXactLock]) {
+        const e = await f(tx, key, { schema }).catch((x: unknown) => x);
+        expect(e).toBeInstanceOf(InvalidArgumentError);
+        expect((e as Error).message).toMatch(/not inside a transaction/);
+      }
+      expect(await env.holders(full)).toEqual([]);
+      // the schema's first fence: the refused calls drew none (this also commits the epoch, which
+      // the other transaction below would otherwise wait for)
+      expect(await inTx(kind, client, (other) => xactLock(other, uid(), { schema }))).toBe((1n << 40n) + 1n);
+      // inside BEGIN the same connection locks, until COMMIT
+      await begin('BEGIN');
+      expect(await xactLock(tx, key, { schema })).toBe((1n << 40n) + 2n);
+      expect(await tryXactLock(tx, uid(), { schema })).toBe((1n << 40n) + 3n);
+      expect(await env.holders(full)).toHaveLength(1);
+      expect(await inTx(kind, client, (other) => tryXactLock(other, key, { schema }))).toBeNull();
+      await begin('COMMIT');
+      expect(await env.holders(full)).toEqual([]);
+    } finally {
+      conn.release();
+      await (await env.admin()).query(`drop schema if exists "${schema}" cascade`);
+    }
+  });
+
   test('a COMMIT wakes a session-mode waiter, whose next attempt then succeeds', async () => {
     const client = await env.client(kind, 4);
     const key = uid();

@@ -30,12 +30,24 @@ export function adapt(client: unknown): Db {
   throw new InvalidArgumentError('postgres(): pass a pg Pool or a postgres.js sql instance');
 }
 
+/** The user's transaction as xact.ts uses it. */
+export interface TxQueryable extends Queryable {
+  /** Names the server and database when the client tells (pg), for caching "the tables exist". */
+  readonly identity: string;
+  /**
+   * True when the client cannot tell whether it is inside a transaction block (a postgres.js
+   * reserved connection, a pg-like object without `getTransactionStatus`): the lock statement
+   * then checks it on the server (sql.ts `markTx`).
+   */
+  readonly unsure: boolean;
+}
+
 /**
- * The user's own transaction: a pg Client/PoolClient inside BEGIN, or a postgres.js `sql.begin`
- * tx (or reserved connection inside BEGIN). `identity` names the server and database when the
- * client tells (pg), for caching "the tables exist".
+ * The user's own transaction: a pg Client/PoolClient inside BEGIN, a postgres.js `sql.begin` tx,
+ * or a postgres.js reserved connection (`sql.reserve()`) inside BEGIN — which only the server can
+ * tell, so that one is checked there.
  */
-export function adaptTx(tx: unknown, what: string): Queryable & { readonly identity: string } {
+export function adaptTx(tx: unknown, what: string): TxQueryable {
   const t = tx as any;
   if (typeof t === 'function' && typeof t.unsafe === 'function') {
     if (typeof t.begin === 'function') {
@@ -43,16 +55,23 @@ export function adaptTx(tx: unknown, what: string): Queryable & { readonly ident
         `${what}: pass the transaction (the sql.begin callback's argument), not the root sql`,
       );
     }
-    return { identity: 'postgres.js', query: async (text, params = []) => [...(await t.unsafe(text, params))] };
+    // sql.begin's argument has savepoint(); a reserved connection (or anything else) may be outside BEGIN
+    const unsure = typeof t.savepoint !== 'function';
+    return {
+      identity: 'postgres.js',
+      unsure,
+      query: async (text, params = []) => [...(await t.unsafe(text, params))],
+    };
   }
   if (t && typeof t === 'object' && typeof t.query === 'function') {
     if (isPgPool(t)) throw new InvalidArgumentError(`${what}: pass the client running your transaction, not the Pool`);
     // pg tracks the server's transaction status ('I' idle, 'T' in a transaction, 'E' failed)
-    if (typeof t.getTransactionStatus === 'function' && t.getTransactionStatus() === 'I') {
+    const known = typeof t.getTransactionStatus === 'function';
+    if (known && t.getTransactionStatus() === 'I') {
       throw new InvalidArgumentError(`${what}: the client is not inside a transaction (run BEGIN first)`);
     }
     const identity = `pg:${String(t.host)}:${String(t.port)}/${String(t.database)}`;
-    return { identity, query: async (text, params = []) => (await t.query(text, params)).rows };
+    return { identity, unsure: !known, query: async (text, params = []) => (await t.query(text, params)).rows };
   }
   throw new InvalidArgumentError(`${what}: tx must be a pg client inside BEGIN or a postgres.js transaction`);
 }

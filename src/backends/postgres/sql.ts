@@ -95,10 +95,22 @@ export interface Statements {
   readonly inspect: string;
   /** $1 prefix → { key, fence, value, wait } of held locks and open windows. */
   readonly list: string;
-  /** $1 advisory key, $2 key, $3 channel → { fence }; waits for the lock. NOTIFY at COMMIT. */
+  /**
+   * $1 advisory key, $2 key, $3 channel, $4 a `markTx` mark or null → { fence, epoch, tx }; waits
+   * for the lock. NOTIFY at COMMIT. With a mark, nothing is locked unless this statement runs in
+   * the transaction that set it (`tx` false: it does not, e.g. a connection outside BEGIN, where
+   * the lock would end with the statement); `epoch` false: no epoch of this server start yet
+   * (nothing locked either); else `fence`.
+   */
   readonly xactLock: string;
-  /** Same, without waiting: no row when the lock is held elsewhere; { fence: null } without an epoch. */
+  /** Same, without waiting: `fence` null when the lock is held elsewhere. */
   readonly tryXactLock: string;
+  /**
+   * $1 a random mark → sets `leasehold.xact` to it for the current transaction only: a later
+   * statement sees it only when both run in one transaction block (an implicit one-statement
+   * transaction forgets it when the statement ends).
+   */
+  readonly markTx: string;
   /** $1 resource, $2 fence → a row when accepted (fence ≥ highest seen), none when stale. */
   readonly checkFence: string;
   /** $1 resource → { fence } the highest seen. */
@@ -141,6 +153,11 @@ export function statements(quotedSchema: string): Statements {
       ON CONFLICT (key) DO UPDATE SET fence = GREATEST(h.fence, excluded.fence), pid = excluded.pid,
         value = excluded.value
       RETURNING h.fence)`;
+  // transaction mode: the lock only inside the transaction that set the mark (when one is given)
+  const inTx = `x AS (SELECT 1 AS ok WHERE $4::text IS NULL OR current_setting('leasehold.xact', true) = $4::text)`;
+  const xactResult = `(SELECT fence::text FROM f) AS fence, (SELECT count(*) FROM g) AS g,
+        EXISTS (SELECT 1 FROM e) AS epoch, EXISTS (SELECT 1 FROM x) AS tx,
+        CASE WHEN EXISTS (SELECT 1 FROM f) THEN pg_notify($3::text, $1::int8::text) END AS n`;
   const leftMs = (col: string) => `GREATEST(0, ceil(extract(epoch FROM ${col} - clock_timestamp()) * 1000))::int8`;
   const startedUs = `(extract(epoch FROM pg_postmaster_start_time()) * 1000000)::int8`;
   // One statement, no row written: the session guard, the lock, the window check, the fence. One
@@ -228,15 +245,15 @@ export function statements(quotedSchema: string): Statements {
       UNION ALL
       SELECT w.key, w.fence::text, NULL, ${leftMs('w.until')} FROM ${windows} w
         WHERE starts_with(w.key, $1::text) AND w.until > clock_timestamp()`,
-    xactLock: `WITH ${epoch}, ${durable},
-      l AS (SELECT pg_advisory_xact_lock($1::int8) IS NULL AS waited FROM e, d),
+    xactLock: `WITH ${epoch}, ${durable}, ${inTx},
+      l AS (SELECT pg_advisory_xact_lock($1::int8) IS NULL AS waited FROM e, d, x),
       ${grant('e, l').replace('VALUE', 'NULL::text')}
-      SELECT f.fence::text AS fence, pg_notify($3::text, $1::int8::text) AS n FROM f, (SELECT count(*) FROM g) g`,
-    tryXactLock: `WITH ${epoch}, ${durable},
-      l AS (SELECT pg_try_advisory_xact_lock($1::int8) AS got FROM e, d),
+      SELECT ${xactResult}`,
+    tryXactLock: `WITH ${epoch}, ${durable}, ${inTx},
+      l AS (SELECT pg_try_advisory_xact_lock($1::int8) AS got FROM e, d, x),
       ${grant('e, l WHERE l.got').replace('VALUE', 'NULL::text')}
-      SELECT (SELECT fence::text FROM f) AS fence, (SELECT count(*) FROM g) AS g, EXISTS (SELECT 1 FROM e) AS epoch,
-        CASE WHEN EXISTS (SELECT 1 FROM f) THEN pg_notify($3::text, $1::int8::text) END AS n`,
+      SELECT ${xactResult}`,
+    markTx: `SELECT set_config('leasehold.xact', $1::text, true) IS NOT NULL AS marked`,
     checkFence: `INSERT INTO ${seen} AS t (resource, fence) VALUES ($1::text, $2::int8)
       ON CONFLICT (resource) DO UPDATE SET fence = excluded.fence WHERE excluded.fence >= t.fence
       RETURNING t.fence::text AS fence`,

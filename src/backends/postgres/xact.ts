@@ -10,8 +10,9 @@
  * lower one (an equal fence passes), so a paused former holder's transaction rolls back.
  */
 import { BackendError, InvalidArgumentError, StaleFenceError } from '../../errors.js';
-import { adaptTx } from './adapt.js';
-import { backendError, schemaError, type Queryable, type Row, type TransactionLike } from './client.js';
+import { randomBytes } from 'node:crypto';
+import { adaptTx, type TxQueryable } from './adapt.js';
+import { backendError, schemaError, type Params, type Queryable, type Row, type TransactionLike } from './client.js';
 import { advisoryKey, checkKey, checkOptions, describe, quoteIdent } from './keys.js';
 import { createTables, statements, tablesExist } from './sql.js';
 
@@ -57,7 +58,7 @@ function resolve(key: unknown, opts: unknown, what: string): Resolved {
 }
 
 /** Creates the tables inside the user's transaction when missing (first use). */
-async function ensure(q: Queryable & { identity: string }, quotedSchema: string): Promise<void> {
+async function ensure(q: TxQueryable, quotedSchema: string): Promise<void> {
   const id = `${q.identity}|${quotedSchema}`;
   if (known.has(id)) return;
   if (await tablesExist(q, quotedSchema)) {
@@ -72,7 +73,7 @@ async function run(
   quotedSchema: string,
   identity: string,
   text: string,
-  params: string[],
+  params: Params,
   what: string,
 ): Promise<Row[]> {
   try {
@@ -98,12 +99,24 @@ async function lock(
   } catch (e) {
     throw schemaError(e, what);
   }
-  const params = [advisoryKey(r.fullKey).toString(), r.fullKey, r.channel];
+  // A client that cannot tell whether it is inside BEGIN: mark this transaction first (sent
+  // before the lock statement, without waiting for its answer); the lock statement takes the lock
+  // only in the transaction that carries the mark, so outside BEGIN nothing is locked.
+  const mark = q.unsure ? randomBytes(12).toString('base64url') : null;
+  const marked = mark === null ? null : run(q, r.quotedSchema, q.identity, s.markTx, [mark], what);
+  marked?.catch(() => {}); // read below, after the lock statement
+  const params = [advisoryKey(r.fullKey).toString(), r.fullKey, r.channel, mark];
   for (let round = 0; ; round++) {
     const rows = await run(q, r.quotedSchema, q.identity, wait ? s.xactLock : s.tryXactLock, params, what);
+    if (marked) await marked;
     const row = rows[0];
-    const noEpoch = wait ? !row : row?.epoch === false;
-    if (noEpoch) {
+    if (row?.tx === false) {
+      throw new InvalidArgumentError(
+        `${what}: the connection is not inside a transaction (run BEGIN first, or use sql.begin): ` +
+          'the lock would end with the statement',
+      );
+    }
+    if (row?.epoch === false) {
       // the first grant since the server started records its fence epoch (durably, in this transaction)
       if (round > 0) throw new BackendError(`postgres: ${what} could not record the fence epoch of this server start`);
       await run(q, r.quotedSchema, q.identity, s.bumpEpoch, [], what);
