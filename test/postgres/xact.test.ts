@@ -321,6 +321,27 @@ describe.each(KINDS)('transaction mode (%s)', (kind) => {
     });
   });
 
+  test('prefix is checked as createLocks checks it (lone surrogate, NUL, > 256 bytes) before any I/O; the transaction goes on', async () => {
+    const client = await env.client(kind, 2);
+    let calls = 0;
+    await inTx(kind, client, async (tx: any) => {
+      const spy =
+        kind === 'pg'
+          ? { query: (...a: unknown[]) => (calls++, tx.query(...a)) }
+          : Object.assign((...a: unknown[]) => tx(...a), {
+              savepoint: tx.savepoint,
+              unsafe: (...a: unknown[]) => (calls++, tx.unsafe(...a)),
+            });
+      for (const prefix of ['a\uD800', 'a\uDBFF', 'a\u0000', 'é'.repeat(129), '']) {
+        await expect(tryXactLock(spy, 'k', { prefix })).rejects.toBeInstanceOf(InvalidArgumentError);
+        await expect(xactLock(spy, 'k', { prefix })).rejects.toBeInstanceOf(InvalidArgumentError);
+      }
+      expect(calls).toBe(0);
+      // the longest allowed prefix still locks, and the transaction was not aborted by a bad one
+      expect(await tryXactLock(spy, uid(), { prefix: 'é'.repeat(128) })).toEqual(expect.any(BigInt));
+    });
+  });
+
   test('first use creates the tables inside the transaction, also concurrently; migrate() is idempotent', async () => {
     const client = await env.client(kind, 4);
     const schema = `lh_${uid()}`;

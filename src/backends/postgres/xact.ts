@@ -15,6 +15,7 @@ import { adaptTx, type TxQueryable } from './adapt.js';
 import { backendError, schemaError, type Params, type Queryable, type Row, type TransactionLike } from './client.js';
 import { advisoryKey, checkKey, checkOptions, describe, quoteIdent } from './keys.js';
 import { createTables, statements, tablesExist } from './sql.js';
+import { checkString } from '../../validate.js';
 
 export interface XactLockOptions {
   /** Namespace, as in `createLocks(…, { prefix })`. Default `'leasehold'`. */
@@ -45,11 +46,11 @@ interface Resolved {
 function resolve(key: unknown, opts: unknown, what: string): Resolved {
   checkKey(key);
   const o = checkOptions(opts, XACT_OPTIONS, what);
-  const prefix = o.prefix ?? 'leasehold';
-  if (typeof prefix !== 'string' || prefix.length === 0 || Buffer.byteLength(prefix) > 256) {
-    throw new InvalidArgumentError(
-      `${what}: prefix must be a non-empty string of at most 256 bytes, got ${describe(prefix)}`,
-    );
+  // createLocks's rule for a prefix (non-empty, well-formed UTF-16, ≤ 256 UTF-8 bytes), and no NUL
+  // (Postgres text): two prefixes with different lone surrogates would otherwise name one lock
+  const prefix = o.prefix === undefined ? 'leasehold' : checkString(o.prefix, `${what}: prefix`, 256);
+  if (prefix.includes('\u0000')) {
+    throw new InvalidArgumentError(`${what}: prefix must not contain NUL characters (Postgres text)`);
   }
   const quotedSchema = quoteIdent(o.schema ?? 'public', `${what}: schema`);
   const channel = (o.channel ?? 'leasehold') as string;
