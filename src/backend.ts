@@ -158,6 +158,12 @@ export interface Backend {
   /** Session backends report a lost session for the leases it held, and a lock they freed on their own. */
   onLost?(cb: LostCallback): void;
   results?: ResultStore;
+  /**
+   * Checks a holder value this backend's store cannot keep as given (Postgres text holds no NUL),
+   * throwing InvalidArgumentError with `what` in its message. No I/O. The engine calls it where it
+   * checks its own arguments (acquire, tryAcquire, withLock, runExclusive, elect), before any I/O.
+   */
+  checkValue?(value: string, what: string): void;
   /** Releases what the backend itself owns (subscriber connections, timers); never user clients. */
   close(): Promise<void>;
 }

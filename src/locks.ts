@@ -194,6 +194,7 @@ class LocksImpl implements Locks, LeaseHost {
     if (o.value !== undefined && !this.backend.capabilities.value) {
       throw new InvalidArgumentError(`${where}: the ${this.backend.name} backend cannot store a holder value`);
     }
+    if (o.value !== undefined) this.backend.checkValue?.(o.value, `${where}: value`);
     const p: Parsed = {
       key: k,
       fullKey: `${this.prefix}:${k}`,

@@ -99,6 +99,7 @@ export class ElectionImpl extends EventEmitter implements Election {
     if (!host.backend.capabilities.value) {
       throw new InvalidArgumentError(`elect: the ${host.backend.name} backend cannot store a leader value`);
     }
+    host.backend.checkValue?.(o.value, 'elect: value');
     return new ElectionImpl(host, name as string, o as ElectOptions);
   }
 

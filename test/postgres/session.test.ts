@@ -138,6 +138,37 @@ describe.each(KINDS)('session mode (%s)', (kind) => {
     await admin.query(`drop schema "${schema}" cascade`);
   });
 
+  test('a holder value with NUL is refused before any I/O (acquire, tryAcquire, withLock, elect, the driver); others are stored', async () => {
+    const b = await env.backend(kind);
+    const acquire = b.acquire.bind(b);
+    let sent = 0;
+    b.acquire = (...a) => (sent++, acquire(...a));
+    const locks = createLocks(b, { ttl: '10s' });
+    const key = `nul-value-${uid()}`;
+    const value = 'host\u0000a';
+    const refused = [
+      () => locks.acquire(key, { value }),
+      () => locks.tryAcquire(key, { value }),
+      () => locks.withLock(key, async () => 1, { value }),
+    ];
+    for (const f of refused) {
+      const e = await f().catch((x: unknown) => x);
+      expect(e).toBeInstanceOf(InvalidArgumentError);
+      expect((e as Error).message).toMatch(/value must not contain NUL/);
+    }
+    expect(() => locks.elect(`e-${key}`, { value })).toThrow(/elect: value must not contain NUL/);
+    expect(sent).toBe(0); // the engine never called the driver
+    await expect(acquire(`leasehold:${key}`, { token: 'direct-token-0000000000', ttlMs: 5000, value })).rejects.toThrow(
+      InvalidArgumentError,
+    );
+    expect(await env.holders(`leasehold:${key}`)).toEqual([]); // nothing was locked
+    // any other value (a control character too) is stored and read back with its fence
+    const lease = await locks.acquire(key, { value: 'host\u0001a' });
+    expect(await locks.inspect(key)).toMatchObject({ fence: lease.fence, value: 'host\u0001a' });
+    await lease.release();
+    await locks.close();
+  });
+
   test('a lease released before its holder row is due writes no row and leaves no timer behind', async () => {
     const schema = `lh_${uid()}`;
     const a = await env.backend(kind, { schema });

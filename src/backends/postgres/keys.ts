@@ -42,6 +42,12 @@ export function checkKey(key: unknown, name = 'key'): asserts key is string {
   }
 }
 
+/** A string stored as Postgres text (a holder value, say): no NUL, which text cannot hold. */
+export function checkText(value: string, what: string): void {
+  if (value.includes('\u0000'))
+    throw new InvalidArgumentError(`${what} must not contain NUL characters (Postgres text)`);
+}
+
 /** A namespaced key as the engine passes it (already validated there; checked again cheaply). */
 export function checkFullKey(key: unknown): asserts key is string {
   if (typeof key !== 'string' || key.length === 0) throw new InvalidArgumentError(`key must be a non-empty string`);

@@ -31,7 +31,7 @@ import { BackendError, ClosedError, InvalidArgumentError } from '../../errors.js
 import { backendError, schemaError, timed, type Conn, type Db, type Row } from './client.js';
 import { Dedicated, TransactionPoolerError, readEpoch, remember, resetAndRelease, sqlState } from './connect.js';
 import { HolderRows, type HeldLock } from './holders.js';
-import { advisoryKey, checkFullKey, lockParts } from './keys.js';
+import { advisoryKey, checkFullKey, checkText, lockParts } from './keys.js';
 import { Notifier } from './notify.js';
 import { inspectKey, readResult, terminateHolder, writeResult } from './reads.js';
 import { ServerQueue, type Wait } from './queue.js';
@@ -138,6 +138,11 @@ export class PostgresBackend implements Backend {
     };
   }
 
+  /** A holder value is Postgres text: no NUL (its row could not be written). */
+  checkValue(value: string, what: string): void {
+    checkText(value, what);
+  }
+
   async acquire(key: string, request: AcquireRequest): Promise<Grant | null> {
     checkFullKey(key);
     if (!request || typeof request.token !== 'string' || request.token.length === 0) {
@@ -146,6 +151,7 @@ export class PostgresBackend implements Backend {
     if (request.value !== undefined && typeof request.value !== 'string') {
       throw new InvalidArgumentError('acquire: value must be a string');
     }
+    if (request.value !== undefined) this.checkValue(request.value, 'acquire: value');
     this.assertOpen();
     const p = this.attempt(key, request, performance.now());
     this.track(p);
