@@ -52,6 +52,9 @@ export interface LeaseGroup {
 /** The margin subtracted from a lease's validity: 1% of the TTL plus 2ms (as Redlock does). */
 export const driftMs = (ttlMs: number): number => Math.floor(ttlMs * 0.01) + 2;
 
+/** The smallest ttl that leaves any validity after driftMs (3 ms). */
+const MIN_EXTEND_MS = 3;
+
 type State = 'held' | 'lost' | 'released';
 
 export class LeaseImpl implements Lease {
@@ -156,6 +159,13 @@ export class LeaseImpl implements Lease {
 
   async extend(ttl?: Duration): Promise<void> {
     const ttlMs = ttl === undefined ? this.ttlMs : toMs(ttl, 'ttl');
+    if (ttl !== undefined && ttlMs - driftMs(ttlMs) <= 0) {
+      // the lease would be over before the extension even went out: no backend call
+      throw new InvalidArgumentError(
+        `extend: a ttl of ${ttlMs}ms leaves no validity after the drift allowance of ${driftMs(ttlMs)}ms ` +
+          `(1% of the ttl + 2ms); use at least ${MIN_EXTEND_MS}ms`,
+      );
+    }
     if (this.#state === 'released')
       throw new InvalidArgumentError(`lease on "${this.key}" was released; acquire a new one`);
     this.#checkExpiry();
@@ -179,14 +189,23 @@ export class LeaseImpl implements Lease {
       if (this.#lostError) throw this.#lostError;
       throw e;
     }
-    this.#emitExtend(!!ok);
-    if (!ok) {
-      this.lose('the backend refused the extension (expired, deleted or taken over)');
-      throw this.#lostError!;
+    // the extension's own validity, by our clock from its send: over already when the answer came?
+    const until = sentAt + ttlMs - driftMs(ttlMs);
+    const answeredAt = now();
+    const late = answeredAt >= until;
+    this.#emitExtend(!!ok && !late);
+    if (!ok || late) {
+      this.lose(
+        late
+          ? `the extension to ${ttlMs}ms ran out before it was confirmed (answered after ${Math.round(answeredAt - sentAt)}ms; ` +
+              `${ttlMs - driftMs(ttlMs)}ms of validity after the drift allowance)`
+          : 'the backend refused the extension (expired, deleted or taken over)',
+      );
+      throw this.#lostError ?? new LeaseLostError(this.key, 'released during extend');
     }
     if (this.#state !== 'held') throw this.#lostError ?? new LeaseLostError(this.key, 'released during extend');
     this.ttlMs = ttlMs;
-    this.expiresAt = sentAt + ttlMs - driftMs(ttlMs);
+    this.expiresAt = until;
     this.nextRenewAt = sentAt + this.renewInterval;
   }
 

@@ -145,6 +145,38 @@ describe('lease lifecycle', () => {
     expect(lease.remaining()).toBeGreaterThan(4000);
   });
 
+  test('extend with a ttl that leaves no validity after the drift allowance is refused before any I/O', async () => {
+    const b = spy(memory());
+    const locks = make(b, { ttl: '5s', renew: false });
+    const lease = await locks.acquire('tiny-extend');
+    for (const ttl of [1, 2, '2ms']) {
+      const e = await lease.extend(ttl).catch((x: unknown) => x);
+      expect(e).toBeInstanceOf(InvalidArgumentError);
+      expect((e as Error).message).toMatch(/leaves no validity after the drift allowance.*at least 3ms/);
+    }
+    expect(b.extendBatches).toEqual([]); // no backend call
+    expect(lease.held).toBe(true); // and the lease is as it was
+    expect(lease.remaining()).toBeGreaterThan(4000);
+  });
+
+  test('an extension confirmed after its own validity ran out rejects with LeaseLostError saying so', async () => {
+    // every call answers after 30 ms: an extend(10) has 8 ms of validity, over before the answer
+    const locks = make(slow(memory(), 30), { ttl: '5s', renew: false });
+    const lease = await locks.acquire('late-extend');
+    const e = await lease.extend(10).catch((x: unknown) => x);
+    expect(e).toBeInstanceOf(LeaseLostError);
+    expect((e as Error).message).toMatch(
+      /extension to 10ms ran out before it was confirmed \(answered after \d+ms; 8ms/,
+    );
+    expect(lease.held).toBe(false);
+    expect(lease.signal.reason).toBe(e);
+    // a ttl that outlasts the answer still extends
+    const other = await locks.acquire('late-extend-ok');
+    await other.extend(2000);
+    expect(other.held).toBe(true);
+    expect(other.remaining()).toBeGreaterThan(1900);
+  });
+
   test('a release that fails on the wire throws BackendError and still ends the lease locally', async () => {
     const inner = memory();
     const broken: Backend = {

@@ -10,6 +10,8 @@ const env = new Pg();
 afterAll(() => env.closeAll());
 
 const uid = () => randomUUID().slice(0, 8);
+/** Blocks this thread (the event loop with it) for `ms`: a GC pause or a busy synchronous section. */
+const stall = (ms: number) => Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, ms);
 const aborted = (s: AbortSignal) =>
   new Promise<unknown>((r) =>
     s.aborted ? r(s.reason) : s.addEventListener('abort', () => r(s.reason), { once: true }),
@@ -166,6 +168,26 @@ describe.each(KINDS)('session mode (%s)', (kind) => {
     const lease = await locks.acquire(key, { value: 'host\u0001a' });
     expect(await locks.inspect(key)).toMatchObject({ fence: lease.fence, value: 'host\u0001a' });
     await lease.release();
+    await locks.close();
+  });
+
+  test('extend(2) is refused before any I/O; an extend(10) confirmed after its validity (a stall) rejects with LeaseLostError', async () => {
+    const b = await env.backend(kind);
+    const locks = createLocks(b, { ttl: '10s', renew: false });
+    const lease = await locks.acquire(`tiny-extend-${uid()}`);
+    const sent = statements(b);
+    for (const ttl of [1, 2]) {
+      await expect(lease.extend(ttl)).rejects.toThrow(/leaves no validity after the drift allowance/);
+    }
+    expect(sent()).toBe(0);
+    expect(lease.held).toBe(true);
+    // 10 ms leave 8 ms after the drift allowance; the client stalls for 30 ms while the probe is answered
+    const extending = lease.extend(10).catch((x: unknown) => x);
+    stall(30);
+    const e = await extending;
+    expect(e).toBeInstanceOf(LeaseLostError);
+    expect((e as Error).message).toMatch(/extension to 10ms ran out before it was confirmed/);
+    expect(lease.held).toBe(false);
     await locks.close();
   });
 

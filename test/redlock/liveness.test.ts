@@ -10,7 +10,7 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import type { Backend } from '../../src/backend.js';
 import { redlock, type RedlockOptions } from '../../src/backends/redlock/index.js';
-import { createLocks, QuorumError } from '../../src/index.js';
+import { createLocks, LeaseLostError, QuorumError } from '../../src/index.js';
 import { Proxy } from '../faults/proxy.js';
 import {
   type AnyClient,
@@ -120,6 +120,23 @@ describe.each<Kind>(['ioredis', 'node-redis'])('redlock liveness (%s)', (kind) =
     // and the next attempt is granted at once
     expect(await b.acquire(k, { token: t, ttlMs: 2_000 })).not.toBeNull();
     expect(await b.release(k, t)).toBe(true);
+  });
+
+  it('extend(2) is refused before any I/O; an extend(5) answered after its validity (a stall) says it ran out, not that a node refused', async () => {
+    const { b } = await backend(kind, 5);
+    const locks = createLocks(b, { ttl: '10s', renew: false });
+    const lease = await locks.acquire(key(`${kind}:tiny-extend`));
+    await expect(lease.extend(2)).rejects.toThrow(/leaves no validity after the drift allowance/);
+    expect(lease.held).toBe(true);
+    // 5 ms leave 3 ms after the drift allowance; the client stalls for 30 ms while the nodes answer
+    const extending = lease.extend(5).catch((x: unknown) => x);
+    stall(30);
+    const e = await extending;
+    expect(e).toBeInstanceOf(LeaseLostError);
+    expect((e as Error).message).toMatch(/extension to 5ms ran out before it was confirmed/);
+    expect((e as Error).message).not.toMatch(/refused/);
+    expect(lease.held).toBe(false);
+    await locks.close();
   });
 
   it('a 4 ms-TTL acquire does not fail its neighbours (its deadline is its own, not a node timeout)', async () => {
