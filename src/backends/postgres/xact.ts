@@ -130,9 +130,10 @@ async function lock(
 
 /**
  * Waits for the transaction-level advisory lock on `key` inside the user's transaction `tx` (a
- * pg client inside BEGIN, or a postgres.js `sql.begin` tx) and returns its fence. Released by
- * COMMIT/ROLLBACK. The fence bump is part of the transaction: if it rolls back, the fence may be
- * issued again, so only use it for writes made in the same transaction (see docs/postgres.md).
+ * pg client inside BEGIN, a postgres.js `sql.begin` tx, or a reserved connection inside BEGIN)
+ * and returns its fence. Released by COMMIT/ROLLBACK. The fence comes from the shared fence
+ * sequence, which never rolls back: a rolled-back transaction's fence is never issued again (its
+ * holder row does roll back with it). See docs/postgres.md.
  */
 export async function xactLock(tx: TransactionLike, key: string, opts?: XactLockOptions): Promise<bigint> {
   return (await lock(tx, key, opts, true)) as bigint;
