@@ -164,14 +164,40 @@ export class EtcdBackend implements Backend {
         failure: [{ request_range: { key: me } }],
       });
     } else {
-      // tryAcquire never queues: put only when nobody holds or waits
+      // tryAcquire never queues: put only when nobody holds or waits. Refused, it reads our own
+      // entry and the holder's: etcd3 sends a call again when its reply is lost (UNAVAILABLE), and
+      // the first send may have put our entry (the key names our lease and token, so nobody else
+      // can have), which then holds the lock — the lowest entry, made when there was none
       r = await this.client.kv.txn({
         compare: [{ key: prefix, range_end: rangeEnd(prefix), target: 'Create', result: 'Equal', create_revision: 0 }],
         success: [put],
-        failure: [],
+        failure: [
+          { request_range: { key: me } },
+          {
+            request_range: {
+              key: prefix,
+              range_end: rangeEnd(prefix),
+              sort_target: 'Create',
+              sort_order: 'Ascend',
+              limit: 1,
+              keys_only: true,
+            },
+          },
+        ],
       });
-      if (!r.succeeded) return null;
-      const mine: Entry = { key, token: req.token, etcdKey, rev: r.header.revision, session: s, timer: null };
+      let rev = r.header.revision;
+      if (!r.succeeded) {
+        const own = r.responses[0]?.response_range.kvs[0];
+        if (!own || own.lease !== s.id) return null;
+        rev = own.create_revision;
+        const head = r.responses[1]?.response_range.kvs[0];
+        if (head?.create_revision !== rev) {
+          // cannot happen (ours was made when the lock had no entry), but never leave it behind
+          await this.deleteEntry({ key, token: req.token, etcdKey, rev, session: s, timer: null });
+          return null;
+        }
+      }
+      const mine: Entry = { key, token: req.token, etcdKey, rev, session: s, timer: null };
       if (s.dead) return this.voided(mine, s);
       return this.granted(mine, req);
     }

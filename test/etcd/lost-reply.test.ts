@@ -1,0 +1,92 @@
+/**
+ * A reply lost on the way back: the client talks to a real etcd through a TCP proxy that passes
+ * requests on but holds the replies; once the request has reached etcd (an outsider sees its
+ * effect), the proxy resets every connection and passes traffic again. etcd3 sees UNAVAILABLE and
+ * sends the same request again (its retry policy), so the retry meets the first send's effect.
+ */
+import { afterAll, afterEach, describe, expect, test } from 'vitest';
+import type { Etcd3 } from 'etcd3';
+import { etcd } from '../../src/backends/etcd/index.js';
+import { entriesOf, rangeEnd } from '../../src/backends/etcd/keys.js';
+import { createLocks, type Locks } from '../../src/index.js';
+import { Proxy } from '../faults/proxy.js';
+import { ETCD_HOSTS, EtcdClients } from '../support/etcd.js';
+
+const port = Number(ETCD_HOSTS[0]!.split(':')[1] ?? 2379);
+const clients = new EtcdClients();
+const open: Locks[] = [];
+const proxies: Proxy[] = [];
+const prefix = `lh-lostreply-${process.pid}-${Date.now().toString(36)}`;
+let n = 0;
+const key = () => `k${++n}`;
+
+afterEach(async () => {
+  await Promise.allSettled(open.splice(0).map((l) => l.close()));
+  await Promise.allSettled(proxies.splice(0).map((p) => p.close()));
+});
+afterAll(() => clients.closeAll());
+
+/** A Locks whose etcd client goes through a proxy, with its etcd lease already granted. */
+async function behindProxy(): Promise<{ proxy: Proxy; locks: Locks }> {
+  const proxy = new Proxy(port);
+  proxies.push(proxy);
+  await proxy.listen();
+  const locks = createLocks(etcd(await clients.make([`127.0.0.1:${proxy.port}`])), { prefix });
+  open.push(locks);
+  // open the session now (the lease grant), so the call under test is the only one in flight
+  expect(await (await locks.acquire(`warm-${++n}`)).release()).toBe(true);
+  return { proxy, locks };
+}
+
+/** The entries of lock `k` as an outsider sees them: etcd keys, oldest first. */
+async function entries(c: Etcd3, k: string): Promise<{ key: string; rev: bigint }[]> {
+  const p = Buffer.from(entriesOf(`${prefix}:${k}`));
+  const r = await c.kv.range({ key: p, range_end: rangeEnd(p), sort_target: 'Create', sort_order: 'Ascend' });
+  return r.kvs.map((kv) => ({ key: kv.key.toString(), rev: BigInt(kv.create_revision) }));
+}
+
+/** Holds the replies until the request has reached etcd (`reached()`), then resets and passes. */
+async function loseReply(proxy: Proxy, reached: () => Promise<boolean>): Promise<void> {
+  await expect.poll(reached, { timeout: 5000, interval: 20 }).toBe(true);
+  proxy.reset(); // the held reply is dropped with its connection
+  proxy.setMode({ kind: 'pass' });
+}
+
+describe('etcd: a reply lost and the call retried by etcd3', () => {
+  test('tryAcquire whose reply is lost: the key ends up granted to us, never held by an orphan entry', async () => {
+    const outsider = await clients.make();
+    const { proxy, locks } = await behindProxy();
+    const k = key();
+    proxy.setMode({ kind: 'hold' });
+    const attempt = locks.tryAcquire(k);
+    await loseReply(proxy, async () => (await entries(outsider, k)).length === 1);
+    const lease = await attempt;
+    const stored = await entries(outsider, k);
+    // before the fix: null, with our own entry left behind under our live etcd lease
+    expect(lease).not.toBeNull();
+    expect(stored).toHaveLength(1);
+    expect(lease!.fence).toBe(stored[0]!.rev);
+    expect(lease!.held).toBe(true);
+    // it is really ours: another Locks is refused, and our release frees it for the other
+    const other = createLocks(etcd(await clients.make()), { prefix });
+    open.push(other);
+    expect(await other.tryAcquire(k)).toBeNull();
+    expect(await lease!.release()).toBe(true);
+    expect(await entries(outsider, k)).toEqual([]);
+    const next = await other.tryAcquire(k);
+    expect(next).not.toBeNull();
+    expect(next!.fence > lease!.fence).toBe(true);
+  });
+
+  test('runExclusive whose grant reply is lost runs fn, and frees the key after it', async () => {
+    const outsider = await clients.make();
+    const { proxy, locks } = await behindProxy();
+    const k = key();
+    proxy.setMode({ kind: 'hold' });
+    const run = locks.runExclusive(k, async () => 'ran');
+    await loseReply(proxy, async () => (await entries(outsider, k)).length === 1);
+    // before the fix: { ran: false }, and the key stays blocked by our own entry until close()
+    expect(await run).toEqual({ ran: true, value: 'ran' });
+    expect(await entries(outsider, k)).toEqual([]);
+  });
+});
