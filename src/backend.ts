@@ -155,6 +155,16 @@ export interface Backend {
    * The holder finds out at its next renewal (its lease is lost); fences are never reissued.
    */
   forceRelease?(key: string): Promise<LockInfo | null>;
+  /**
+   * Monotonic time (`performance.now()`) past which this process can no longer vouch, without a
+   * call, that `token` still holds `key`: a session backend's last confirmed session expiry (for
+   * etcd, when the last confirmed keep-alive of its lease was sent, plus the lease's TTL, minus a
+   * margin). Undefined when the backend knows no such bound (or not the lease). The engine never
+   * counts a lease valid past it — `held`, `remaining()`, `signal` and the renewal deadline —
+   * whatever the lease's own ttl, so a paused process never reads a lease held that its session
+   * no longer guarantees. No I/O, never throws, cheap (read on every `held`).
+   */
+  validUntil?(key: string, token: string): number | undefined;
   /** Session backends report a lost session for the leases it held, and a lock they freed on their own. */
   onLost?(cb: LostCallback): void;
   results?: ResultStore;

@@ -103,7 +103,7 @@ export class LeaseImpl implements Lease {
    * the lease is valid until then, and renewed before half of what is left has passed.
    */
   claimedUntil(t: number): void {
-    if (t >= this.expiresAt) return;
+    if (t >= this.#ownExpiry) return;
     this.expiresAt = t;
     const n = now();
     this.nextRenewAt = Math.min(this.nextRenewAt, n + Math.max(0, (t - n) / 2));
@@ -112,7 +112,21 @@ export class LeaseImpl implements Lease {
   get token(): string {
     return this.#token;
   }
+  /** The lease's validity, bounded by what its backend's session still guarantees (Backend.validUntil). */
   get expiresAt(): number {
+    const own = this.#ownExpiry;
+    const { backend } = this.#host;
+    if (!backend.validUntil) return own;
+    let bound: number | undefined;
+    try {
+      bound = backend.validUntil(this.fullKey, this.#token);
+    } catch {
+      bound = undefined; // the contract says it never throws; a broken driver must not break `held`
+    }
+    return typeof bound === 'number' && bound < own ? bound : own;
+  }
+  /** The validity by the lease's (or its group's) own renewals, before the backend's bound. */
+  get #ownExpiry(): number {
     return this.group ? this.group.expiresAt : this.#expiresAt;
   }
   set expiresAt(t: number) {
@@ -153,7 +167,7 @@ export class LeaseImpl implements Lease {
   /** A renewal sent at monotonic time `sentAt` succeeded. */
   renewed(sentAt: number): void {
     if (this.#state !== 'held') return;
-    this.expiresAt = Math.max(this.expiresAt, sentAt + this.ttlMs - driftMs(this.ttlMs));
+    this.expiresAt = Math.max(this.#ownExpiry, sentAt + this.ttlMs - driftMs(this.ttlMs));
     this.nextRenewAt = sentAt + this.renewInterval;
   }
 

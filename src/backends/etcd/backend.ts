@@ -423,6 +423,15 @@ export class EtcdBackend implements Backend {
     return e ? { etcdKey: e.etcdKey, fence: BigInt(e.rev) } : null;
   }
 
+  /**
+   * A held lock is valid no longer than its etcd lease is confirmed: a lock's `ttl` may be longer
+   * than `leaseTtl`, but etcd frees the lock `leaseTtl` after the last keep-alive it received.
+   */
+  validUntil(key: string, token: string): number | undefined {
+    const e = this.held.get(token);
+    return e && e.key === key ? e.session.validUntil : undefined;
+  }
+
   onLost(cb: LostCallback): void {
     if (typeof cb !== 'function') throw new InvalidArgumentError('onLost: callback must be a function');
     this.lost.add(cb);

@@ -18,8 +18,9 @@ export interface EtcdOptions {
    * The TTL of the backend's etcd lease (default `'10s'`; whole seconds, at least 2s — etcd's
    * own minimum): how long a crashed or partitioned process keeps its locks before etcd frees
    * them. The client keeps it alive every TTL/3; a keep-alive not confirmed within the TTL marks
-   * every lock held under it lost. A lock's `ttl` is its holder's validity: renewal (every ttl/3)
-   * checks that the lock's entry still exists under the live lease.
+   * every lock held under it lost. A lock's `ttl` is its holder's validity, but never past the
+   * etcd lease's last confirmed expiry (a `ttl` longer than `leaseTtl` is cut to it): renewal
+   * (every ttl/3) checks that the lock's entry still exists under the live lease.
    */
   leaseTtl?: Duration;
 }

@@ -65,9 +65,17 @@ export class Session {
     else this.deaths.add(cb);
   }
 
+  /**
+   * Monotonic time until which a confirmed keep-alive guarantees the lease (the confirmed one's
+   * send time + TTL, minus the margin); -Infinity once dead. Nothing held under it is valid later.
+   */
+  get validUntil(): number {
+    return this.dead ? -Infinity : this.confirmedUntil - marginMs(this.ttlMs);
+  }
+
   /** True while a keep-alive confirmed within the TTL says the lease is alive. */
   get alive(): boolean {
-    return !this.dead && performance.now() < this.confirmedUntil - marginMs(this.ttlMs);
+    return performance.now() < this.validUntil;
   }
 
   private arm(): void {
