@@ -5,11 +5,12 @@
  * alive; the fence is the lock entry's create revision. See docs/etcd.md.
  */
 import type { ComparatorBuilder, Namespace } from 'etcd3';
-import { toMs, type Duration } from '../../duration.js';
+import type { Duration } from '../../duration.js';
 import { InvalidArgumentError, LeaseLostError } from '../../errors.js';
 import type { Lease } from '../../lease.js';
 import { checkOptions } from '../../validate.js';
 import { EtcdBackend } from './backend.js';
+import { leaseTtlMs } from './options.js';
 
 export { EtcdBackend } from './backend.js';
 
@@ -35,9 +36,7 @@ export function etcd(client: Namespace, options?: EtcdOptions): EtcdBackend {
   if (!isClient(client))
     throw new InvalidArgumentError('etcd(client): client must be an etcd3 client (Etcd3, or one of its namespaces)');
   const o = checkOptions<EtcdOptions>(options, ['leaseTtl'], 'etcd');
-  const ttlMs = o.leaseTtl === undefined ? 10_000 : toMs(o.leaseTtl, 'etcd: leaseTtl');
-  if (ttlMs < 2000) throw new InvalidArgumentError('etcd: leaseTtl must be at least 2s (etcd raises shorter leases)');
-  return new EtcdBackend({ client, leaseTtlMs: Math.ceil(ttlMs / 1000) * 1000 });
+  return new EtcdBackend({ client, leaseTtlMs: leaseTtlMs(o.leaseTtl) });
 }
 
 /**

@@ -9,6 +9,7 @@
  */
 import { InvalidArgumentError } from '../../errors.js';
 import { redactUrl } from '../../scrub.js';
+import { leaseTtlMs } from './options.js';
 
 export interface EtcdUrl {
   readonly hosts: string[];
@@ -57,8 +58,17 @@ export function parseEtcdUrl(url: string): EtcdUrl {
   }
   let leaseTtl: string | undefined;
   for (const [k, v] of new URLSearchParams(m[4] ?? '')) {
-    if (k === 'leaseTtl') leaseTtl = v;
-    else throw bad(`unknown parameter "${k}" (known: leaseTtl)`);
+    if (k !== 'leaseTtl') throw bad(`unknown parameter "${k}" (known: leaseTtl)`);
+    if (leaseTtl !== undefined) throw bad('leaseTtl given twice');
+    leaseTtl = v;
+  }
+  // checked here, before fromUrl makes a client: a bad value never costs a connection
+  if (leaseTtl !== undefined) {
+    try {
+      leaseTtlMs(leaseTtl, 'leaseTtl');
+    } catch (e) {
+      throw bad((e as Error).message);
+    }
   }
   return { hosts, namespace, ...(auth ? { auth } : {}), ...(leaseTtl !== undefined ? { leaseTtl } : {}) };
 }
