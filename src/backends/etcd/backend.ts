@@ -20,7 +20,8 @@ import type {
   ResultStore,
 } from '../../backend.js';
 import { BackendError, ClosedError, InvalidArgumentError } from '../../errors.js';
-import { encodeValue, entriesOf, entryKey, rangeEnd, resultKey } from './keys.js';
+import { encodeValue, entriesOf, entryKey, resultKey } from './keys.js';
+import { againTxn, deleteTxn, queueTxn, tryTxn } from './txns.js';
 import { Keyspace } from './read.js';
 import { Session } from './session.js';
 import { Watches, type Pred } from './watch.js';
@@ -145,46 +146,13 @@ export class EtcdBackend implements Backend {
     };
     let r: ITxnResponse;
     if (req.queue) {
-      // mutex.go: put if absent; the two newest entries are ours and our predecessor
-      r = await this.client.kv.txn({
-        compare: [{ key: me, target: 'Create', result: 'Equal', create_revision: 0 }],
-        success: [
-          put,
-          {
-            request_range: {
-              key: prefix,
-              range_end: rangeEnd(prefix),
-              sort_target: 'Create',
-              sort_order: 'Descend',
-              limit: 2,
-              keys_only: true,
-            },
-          },
-        ],
-        failure: [{ request_range: { key: me } }],
-      });
+      r = await this.client.kv.txn(queueTxn(me, prefix, put));
     } else {
-      // tryAcquire never queues: put only when nobody holds or waits. Refused, it reads our own
-      // entry and the holder's: etcd3 sends a call again when its reply is lost (UNAVAILABLE), and
-      // the first send may have put our entry (the key names our lease and token, so nobody else
-      // can have), which then holds the lock — the lowest entry, made when there was none
-      r = await this.client.kv.txn({
-        compare: [{ key: prefix, range_end: rangeEnd(prefix), target: 'Create', result: 'Equal', create_revision: 0 }],
-        success: [put],
-        failure: [
-          { request_range: { key: me } },
-          {
-            request_range: {
-              key: prefix,
-              range_end: rangeEnd(prefix),
-              sort_target: 'Create',
-              sort_order: 'Ascend',
-              limit: 1,
-              keys_only: true,
-            },
-          },
-        ],
-      });
+      // tryAcquire never queues. Refused, it reads our own entry and the holder's: etcd3 sends a
+      // call again when its reply is lost (UNAVAILABLE), and the first send may have put our entry
+      // (the key names our lease and token, so nobody else can have), which then holds the lock —
+      // the lowest entry, made when there was none
+      r = await this.client.kv.txn(tryTxn(me, prefix, put));
       let rev = r.header.revision;
       if (!r.succeeded) {
         const own = r.responses[0]?.response_range.kvs[0];
@@ -235,23 +203,7 @@ export class EtcdBackend implements Backend {
       );
     };
     if (place.session.dead) throw gone();
-    const r = await this.client.kv.txn({
-      compare: [{ key: me, target: 'Create', result: 'Equal', create_revision: place.rev }],
-      success: [
-        {
-          request_range: {
-            key: prefix,
-            range_end: rangeEnd(prefix),
-            max_create_revision: String(BigInt(place.rev) - 1n),
-            sort_target: 'Create',
-            sort_order: 'Descend',
-            limit: 1,
-            keys_only: true,
-          },
-        },
-      ],
-      failure: [],
-    });
+    const r = await this.client.kv.txn(againTxn(me, prefix, place.rev));
     // the Jepsen case: after waiting, our own entry is re-read; if our lease died, we fail
     if (!r.succeeded || place.session.dead) throw gone();
     const pred = r.responses[0]!.response_range.kvs[0];
@@ -306,15 +258,7 @@ export class EtcdBackend implements Backend {
 
   /** Deletes an entry if it is still the same one (same create revision). */
   private async deleteEntry(e: Entry, leaseId = e.session.id): Promise<boolean> {
-    const me = this.raw(e.etcdKey);
-    const r = await this.client.kv.txn({
-      compare: [
-        { key: me, target: 'Create', result: 'Equal', create_revision: e.rev },
-        { key: me, target: 'Lease', result: 'Equal', lease: leaseId },
-      ],
-      success: [{ request_delete_range: { key: me } }],
-      failure: [],
-    });
+    const r = await this.client.kv.txn(deleteTxn(this.raw(e.etcdKey), e.rev, leaseId));
     return r.succeeded && Number(r.responses[0]!.response_delete_range.deleted) === 1;
   }
 
