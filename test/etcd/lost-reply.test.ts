@@ -89,4 +89,18 @@ describe('etcd: a reply lost and the call retried by etcd3', () => {
     expect(await run).toEqual({ ran: true, value: 'ran' });
     expect(await entries(outsider, k)).toEqual([]);
   });
+
+  test('release whose reply is lost: true, the lock was ours and is freed', async () => {
+    const outsider = await clients.make();
+    const { proxy, locks } = await behindProxy();
+    const k = key();
+    const lease = await locks.acquire(k);
+    expect(await entries(outsider, k)).toHaveLength(1);
+    proxy.setMode({ kind: 'hold' });
+    const released = lease.release();
+    await loseReply(proxy, async () => (await entries(outsider, k)).length === 0);
+    // before the fix: false (the retry found the entry gone), for a lease that was ours to the end
+    expect(await released).toBe(true);
+    expect(await entries(outsider, k)).toEqual([]);
+  });
 });

@@ -7,6 +7,7 @@
  * if its lease died while it waited, the entry is gone and the attempt fails (Jepsen's etcd
  * 3.4.3 finding), it never reports a grant.
  */
+import { randomBytes } from 'node:crypto';
 import { inspect } from 'node:util';
 import type { IKeyValue, IRequestOp, ITxnResponse, Namespace } from 'etcd3';
 import type {
@@ -20,8 +21,8 @@ import type {
   ResultStore,
 } from '../../backend.js';
 import { BackendError, ClosedError, InvalidArgumentError } from '../../errors.js';
-import { encodeValue, entriesOf, entryKey, resultKey } from './keys.js';
-import { againTxn, deleteTxn, queueTxn, tryTxn } from './txns.js';
+import { encodeValue, entriesOf, entryKey, releasedKey, resultKey } from './keys.js';
+import { againTxn, deleteTxn, queueTxn, releaseTxn, tryTxn } from './txns.js';
 import { Keyspace } from './read.js';
 import { Session } from './session.js';
 import { Watches, type Pred } from './watch.js';
@@ -302,8 +303,23 @@ export class EtcdBackend implements Backend {
     const e = this.held.get(token);
     if (!e || e.key !== key) return false;
     this.forget(e);
-    const deleted = await this.deleteEntry(e);
+    const deleted = await this.releaseEntry(e);
     return deleted && !e.session.dead;
+  }
+
+  /**
+   * Deletes a held entry (same create revision, same lease) and, in the same transaction, writes
+   * a nonce of this release to the lease's `releasedKey`. Refused, the transaction reads that key
+   * back: etcd3 sends a call again when its reply is lost, and if the first send deleted our entry
+   * the nonce is there — the lock was ours until this release. (A delete by anyone else leaves no
+   * such proof: then, or if another release of this lease rewrote the key meanwhile, false.)
+   */
+  private async releaseEntry(e: Entry): Promise<boolean> {
+    const proof = this.raw(releasedKey(e.session.id));
+    const nonce = randomBytes(12).toString('base64url');
+    const r = await this.client.kv.txn(releaseTxn(this.raw(e.etcdKey), e.rev, e.session.id, proof, nonce));
+    if (r.succeeded) return Number(r.responses[0]!.response_delete_range.deleted) === 1;
+    return r.responses[0]?.response_range.kvs[0]?.value.toString() === nonce;
   }
 
   /** A waiter that gave up removes its entry (its successor then watches the one before it). */

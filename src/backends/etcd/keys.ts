@@ -16,6 +16,12 @@ export const entriesOf = (key: string): string => `${esc(key)}/`;
 export const entryKey = (key: string, leaseId: string, token: string): string =>
   `${entriesOf(key)}${BigInt(leaseId).toString(16)}-${digestOf(token)}`;
 export const resultKey = (key: string): string => `${esc(key)}!result`;
+/**
+ * One key per etcd lease (under it), rewritten by each release with a nonce of its own: the proof
+ * that a release etcd3 sent again after a lost reply was deleted by its first send. `%r` never
+ * starts an escaped key, and without a `/` it is never taken for an entry (list, inspect).
+ */
+export const releasedKey = (leaseId: string): string => `%released-${BigInt(leaseId).toString(16)}`;
 
 /** The token is never stored: a short digest names the entry (192 bits, base64url). */
 export const digestOf = (token: string): string => digest('sha256', token).subarray(0, 24).toString('base64url');

@@ -58,3 +58,16 @@ export const deleteTxn = (me: Buffer, rev: string, leaseId: string): ITxnRequest
   success: [{ request_delete_range: { key: me } }],
   failure: [],
 });
+
+/**
+ * A release: `deleteTxn`, which also writes `nonce` to the lease's proof key (keys.releasedKey);
+ * refused, it reads that key back: our nonce there means our first send deleted the entry.
+ */
+export const releaseTxn = (me: Buffer, rev: string, leaseId: string, proof: Buffer, nonce: string): ITxnRequest => {
+  const t = deleteTxn(me, rev, leaseId);
+  return {
+    ...t,
+    success: [...t.success!, { request_put: { key: proof, value: Buffer.from(nonce), lease: leaseId } }],
+    failure: [{ request_range: { key: proof } }],
+  };
+};
