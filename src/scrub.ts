@@ -71,6 +71,16 @@ export function redactText(text: string, secrets: readonly string[] = []): strin
  * parameters, client options) is dropped, and each secret is cut out of the text. A
  * LeaseholdError is scrubbed in place (it is ours: its class and identity are kept).
  */
+/**
+ * An error's name, or its class's when it left `name` at Error's (etcd3's GRPCUnavailableError and
+ * friends do): the copy keeps what the error is, for readers and for the transient allow-list.
+ */
+function className(e: Error): string {
+  const ctor = (e as { constructor?: unknown }).constructor;
+  if (e.name !== 'Error' || typeof ctor !== 'function' || ctor === Error) return String(e.name);
+  return typeof ctor.name === 'string' && ctor.name.length > 0 ? ctor.name : String(e.name);
+}
+
 export function scrubError(e: unknown, secrets: readonly string[] = []): Error {
   return scrub(e, secrets, 0, new Map()) as Error;
 }
@@ -96,7 +106,7 @@ function scrub(e: unknown, secrets: readonly string[], depth: number, seen: Map<
   }
   const copy = new Error(redactText(String(e.message), secrets));
   seen.set(e, copy);
-  Object.defineProperty(copy, 'name', { value: redactText(String(e.name), secrets), configurable: true });
+  Object.defineProperty(copy, 'name', { value: redactText(className(e), secrets), configurable: true });
   copy.stack = typeof e.stack === 'string' ? redactText(e.stack, secrets) : copy.stack;
   const from = e as unknown as Record<string, unknown>;
   const to = copy as unknown as Record<string, unknown>;

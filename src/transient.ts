@@ -73,8 +73,13 @@ const CLIENT_MESSAGE = new RegExp(
   'i',
 );
 
-/** gRPC (etcd3's error classes): the server unavailable or the deadline passed. */
-const GRPC_NAME = /^GRPC(Unavailable|DeadlineExceeded|ConnectFailed)Error$/;
+/**
+ * gRPC (etcd3's error classes): the server unavailable or the deadline passed; and etcd3's open
+ * circuit breaker (cockatiel's BrokenCircuitError: a member that failed 3 calls in a row, with
+ * UNAVAILABLE and the like, is not called again for 5 s). etcd3 leaves their `name` at "Error":
+ * the class name is what the scrubbed copy of src/scrub.ts carries.
+ */
+const GRPC_NAME = /^(GRPC(Unavailable|DeadlineExceeded|ConnectFailed)Error|BrokenCircuitError)$/;
 
 function known(e: Error): boolean {
   if (marked.has(e)) return true;
