@@ -4,11 +4,12 @@
  * effect), the proxy resets every connection and passes traffic again. etcd3 sees UNAVAILABLE and
  * sends the same request again (its retry policy), so the retry meets the first send's effect.
  */
+import { subscribe, unsubscribe } from 'node:diagnostics_channel';
 import { afterAll, afterEach, describe, expect, test } from 'vitest';
 import type { Etcd3 } from 'etcd3';
 import { etcd } from '../../src/backends/etcd/index.js';
 import { entriesOf, rangeEnd } from '../../src/backends/etcd/keys.js';
-import { createLocks, type Locks } from '../../src/index.js';
+import { createLocks, type Locks, type WarningEvent } from '../../src/index.js';
 import { Proxy } from '../faults/proxy.js';
 import { ETCD_HOSTS, EtcdClients } from '../support/etcd.js';
 
@@ -103,4 +104,71 @@ describe('etcd: a reply lost and the call retried by etcd3', () => {
     expect(await released).toBe(true);
     expect(await entries(outsider, k)).toEqual([]);
   });
+
+  test('tryAcquire that fails after its put reached etcd (every send reset): the entry it may have left is deleted', async () => {
+    const outsider = await clients.make();
+    const { proxy, locks } = await behindProxy();
+    const k = key();
+    proxy.setMode({ kind: 'hold' });
+    const attempt = locks.tryAcquire(k).then(
+      () => 'settled',
+      (e: unknown) => e,
+    );
+    await expect.poll(async () => (await entries(outsider, k)).length, { timeout: 5000, interval: 20 }).toBe(1);
+    // every send of the call (etcd3 tries three times) loses its connection before its reply
+    let failure: unknown = null;
+    void attempt.then((r) => (failure = r));
+    await expect
+      .poll(
+        () => {
+          proxy.reset();
+          return failure;
+        },
+        { timeout: 10_000, interval: 50 },
+      )
+      .not.toBeNull();
+    proxy.setMode({ kind: 'pass' });
+    expect(failure).toBeInstanceOf(Error);
+    // before the fix: our entry stayed under our live etcd lease, blocking the key until close();
+    // now it is deleted once etcd answers again (etcd3's circuit breaker may hold calls for 5 s)
+    await expect.poll(async () => (await entries(outsider, k)).length, { timeout: 15_000, interval: 100 }).toBe(0);
+    const lease = await locks.tryAcquire(k);
+    expect(lease).not.toBeNull();
+    expect(await lease!.release()).toBe(true);
+  });
+
+  test('a waiting acquire whose first attempt fails after its put reached etcd is granted; the entry of the failed attempt does not stay ahead of it', async () => {
+    const outsider = await clients.make();
+    const { proxy, locks } = await behindProxy();
+    const k = key();
+    proxy.setMode({ kind: 'hold' });
+    const acquired = locks.acquire(k, { wait: '20s' });
+    acquired.catch(() => {});
+    await expect.poll(async () => (await entries(outsider, k)).length, { timeout: 5000, interval: 20 }).toBe(1);
+    // every send of the first attempt loses its connection before its reply, until it fails
+    const failures: string[] = [];
+    const onWarning = (m: unknown) => {
+      if ((m as WarningEvent).code === 'LEASEHOLD_BACKEND_FAILING') failures.push((m as WarningEvent).message);
+    };
+    subscribe('leasehold:warning', onWarning);
+    try {
+      await expect
+        .poll(
+          () => {
+            proxy.reset();
+            return failures.length;
+          },
+          { timeout: 10_000, interval: 50 },
+        )
+        .toBeGreaterThan(0);
+    } finally {
+      unsubscribe('leasehold:warning', onWarning);
+    }
+    proxy.setMode({ kind: 'pass' });
+    // before the fix: the failed attempt's entry stayed ahead of the new one (the holder, never released) and the wait timed out
+    const lease = await acquired;
+    const stored = await entries(outsider, k);
+    expect(stored.map((e) => e.rev)).toEqual([lease.fence]);
+    expect(await lease.release()).toBe(true);
+  }, 40_000);
 });

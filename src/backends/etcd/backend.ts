@@ -22,7 +22,7 @@ import type {
 } from '../../backend.js';
 import { BackendError, ClosedError, InvalidArgumentError } from '../../errors.js';
 import { encodeValue, entriesOf, entryKey, releasedKey, resultKey } from './keys.js';
-import { againTxn, deleteTxn, queueTxn, releaseTxn, tryTxn } from './txns.js';
+import { againTxn, deleteTxn, dropTxn, queueTxn, releaseTxn, tryTxn } from './txns.js';
 import { Keyspace } from './read.js';
 import { Session } from './session.js';
 import { Watches, type Pred } from './watch.js';
@@ -130,11 +130,30 @@ export class EtcdBackend implements Backend {
       try {
         return await this.first(s, key, req);
       } catch (e) {
+        const gone = isLeaseGone(e);
+        if (!gone) this.dropUnheard(key, req.token, s);
         // our lease is gone on the server and we had not noticed: a new session, once
-        if (!isLeaseGone(e) || tries > 0) throw e;
+        if (!gone || tries > 0) throw e;
         s.die(e);
       }
     }
+  }
+
+  /**
+   * A first attempt failed, but its put may have reached etcd with the reply lost for good (etcd3
+   * gave up sending it again): the entry it may have left under our live lease — a hold or a
+   * queue place nobody would renew, release or leave, blocking the lock until the lease ends — is
+   * deleted, by its name (our lease, the token's digest) and only under our lease. The engine's
+   * give-back of the token cannot do it: the driver never reported that entry. The connection
+   * that lost the reply is often still down: the delete is tried again, backing off (at most
+   * every leaseTtl/3), until it is done, the lease ends (and the entry with it) or we close.
+   */
+  private dropUnheard(key: string, token: string, s: Session, delayMs = 100): void {
+    if (s.dead || !s.id || this.closed) return; // its entries go with its lease
+    this.client.kv.txn(dropTxn(this.raw(entryKey(key, s.id, token)), s.id)).catch(() => {
+      const next = Math.min(delayMs * 2, Math.floor(this.config.leaseTtlMs / 3));
+      setTimeout(() => this.dropUnheard(key, token, s, next), delayMs).unref();
+    });
   }
 
   /** A first attempt: our entry is created, with the entry just before it read in the same txn. */

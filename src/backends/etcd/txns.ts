@@ -59,6 +59,13 @@ export const deleteTxn = (me: Buffer, rev: string, leaseId: string): ITxnRequest
   failure: [],
 });
 
+/** Deletes an entry that may exist, only if it is under our lease (an attempt's, never heard). */
+export const dropTxn = (me: Buffer, leaseId: string): ITxnRequest => ({
+  compare: [{ key: me, target: 'Lease', result: 'Equal', lease: leaseId }],
+  success: [{ request_delete_range: { key: me } }],
+  failure: [],
+});
+
 /**
  * A release: `deleteTxn`, which also writes `nonce` to the lease's proof key (keys.releasedKey);
  * refused, it reads that key back: our nonce there means our first send deleted the entry.
