@@ -65,13 +65,6 @@ export function redactText(text: string, secrets: readonly string[] = []): strin
 }
 
 /**
- * A copy of a client error that is safe to keep, throw and publish: name, message, stack, codes
- * (`code`, `errno`, `syscall`, SQLSTATE `severity`, ...), its `cause` and the `errors` of an
- * AggregateError, each scrubbed the same way; every other field (command arguments, query
- * parameters, client options) is dropped, and each secret is cut out of the text. A
- * LeaseholdError is scrubbed in place (it is ours: its class and identity are kept).
- */
-/**
  * An error's name, or its class's when it left `name` at Error's (etcd3's GRPCUnavailableError and
  * friends do): the copy keeps what the error is, for readers and for the transient allow-list.
  */
@@ -81,6 +74,13 @@ function className(e: Error): string {
   return typeof ctor.name === 'string' && ctor.name.length > 0 ? ctor.name : String(e.name);
 }
 
+/**
+ * A copy of a client error that is safe to keep, throw and publish: name, message, stack, codes
+ * (`code`, `errno`, `syscall`, SQLSTATE `severity`, ...), its `cause` and the `errors` of an
+ * AggregateError, each scrubbed the same way; every other field (command arguments, query
+ * parameters, client options) is dropped, and each secret is cut out of the text. A
+ * LeaseholdError is scrubbed in place (it is ours: its class and identity are kept).
+ */
 export function scrubError(e: unknown, secrets: readonly string[] = []): Error {
   return scrub(e, secrets, 0, new Map()) as Error;
 }
