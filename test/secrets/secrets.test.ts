@@ -107,13 +107,14 @@ describe('redis, password-protected, with faults', () => {
         await keep(kept, locks.acquire('g', { wait: 300 }));
         await keep(kept, leases[1]!.extend());
         await keep(kept, leases[2]!.release());
+        // a wait retries READONLY (a failover in progress) until its deadline: a short one here
         await keep(
           kept,
-          locks.idempotent('twice', () => 1),
+          locks.idempotent('twice', () => 1, { wait: 300 }),
         );
         await keep(
           kept,
-          locks.withLock('h', () => 1),
+          locks.withLock('h', () => 1, { wait: 300 }),
         );
         // renewals fail or are refused: every lease is lost, with events
         await Promise.all(leases.map((l) => aborted(l.signal)));
