@@ -168,7 +168,7 @@ describe.each(KINDS)('transaction mode (%s)', (kind) => {
     expect((await inTx(kind, client, (tx) => tryXactLock(tx, key)))! > rolledBack).toBe(true);
   });
 
-  test('a connection outside BEGIN that cannot tell (postgres.js reserved, a pg client without its status) is refused; nothing is locked, no fence drawn', async () => {
+  test('a connection outside BEGIN that cannot tell (postgres.js reserved, a pg client without its status) is refused by xactLock, tryXactLock and checkFence; nothing is locked, no fence drawn or recorded', async () => {
     const client = await env.client(kind, 4);
     const key = uid();
     const full = `leasehold:${key}`;
@@ -185,6 +185,13 @@ describe.each(KINDS)('transaction mode (%s)', (kind) => {
         expect((e as Error).message).toMatch(/not inside a transaction/);
       }
       expect(await env.holders(full)).toEqual([]);
+      // checkFence too: outside BEGIN the fence would be recorded apart from the write it guards
+      const resource = `res-${uid()}`;
+      const e = await checkFence(tx, resource, 5n, { schema }).catch((x: unknown) => x);
+      expect(e).toBeInstanceOf(InvalidArgumentError);
+      expect((e as Error).message).toMatch(/checkFence: the connection is not inside a transaction/);
+      const seen = await (await env.admin()).query(`select count(*)::int as n from "${schema}".leasehold_fence_seen`);
+      expect(seen.rows[0].n).toBe(0);
       // the schema's first fence: the refused calls drew none (this also commits the epoch, which
       // the other transaction below would otherwise wait for)
       expect(await inTx(kind, client, (other) => xactLock(other, uid(), { schema }))).toBe((1n << 40n) + 1n);
@@ -194,6 +201,7 @@ describe.each(KINDS)('transaction mode (%s)', (kind) => {
       expect(await tryXactLock(tx, uid(), { schema })).toBe((1n << 40n) + 3n);
       expect(await env.holders(full)).toHaveLength(1);
       expect(await inTx(kind, client, (other) => tryXactLock(other, key, { schema }))).toBeNull();
+      await checkFence(tx, resource, 5n, { schema }); // inside BEGIN: recorded with the transaction
       await begin('COMMIT');
       expect(await env.holders(full)).toEqual([]);
     } finally {

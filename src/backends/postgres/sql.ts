@@ -111,6 +111,8 @@ export interface Statements {
    * transaction forgets it when the statement ends).
    */
   readonly markTx: string;
+  /** $1 the mark `markTx` set → { tx } true when this statement runs in the transaction that set it. */
+  readonly inMarkedTx: string;
   /** $1 resource, $2 fence → a row when accepted (fence ≥ highest seen), none when stale. */
   readonly checkFence: string;
   /** $1 resource → { fence } the highest seen. */
@@ -254,6 +256,7 @@ export function statements(quotedSchema: string): Statements {
       ${grant('e, l WHERE l.got').replace('VALUE', 'NULL::text')}
       SELECT ${xactResult}`,
     markTx: `SELECT set_config('leasehold.xact', $1::text, true) IS NOT NULL AS marked`,
+    inMarkedTx: `SELECT coalesce(current_setting('leasehold.xact', true) = $1::text, false) AS tx`,
     checkFence: `INSERT INTO ${seen} AS t (resource, fence) VALUES ($1::text, $2::int8)
       ON CONFLICT (resource) DO UPDATE SET fence = excluded.fence WHERE excluded.fence >= t.fence
       RETURNING t.fence::text AS fence`,

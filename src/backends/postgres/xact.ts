@@ -173,6 +173,21 @@ export async function checkFence(
   } catch (e) {
     throw schemaError(e, 'checkFence');
   }
+  if (q.unsure) {
+    // as in lock(): a client that cannot tell whether it is inside BEGIN marks the transaction,
+    // and the server says whether the next statement is in it (sent together, one wait)
+    const mark = randomBytes(12).toString('base64url');
+    const marked = run(q, quotedSchema, q.identity, s.markTx, [mark], 'checkFence');
+    marked.catch(() => {}); // read below
+    const [row] = await run(q, quotedSchema, q.identity, s.inMarkedTx, [mark], 'checkFence');
+    await marked;
+    if (row?.tx !== true) {
+      throw new InvalidArgumentError(
+        'checkFence: the connection is not inside a transaction (run BEGIN first, or use sql.begin): ' +
+          'the fence would be recorded apart from your write',
+      );
+    }
+  }
   const rows = await run(q, quotedSchema, q.identity, s.checkFence, [resource, f.toString()], 'checkFence');
   if (rows.length > 0) return;
   const seen = await run(q, quotedSchema, q.identity, s.highestSeen, [resource], 'checkFence');
