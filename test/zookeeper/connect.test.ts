@@ -52,6 +52,14 @@ describe('connectZookeeper: hosts are checked before any I/O', () => {
     expect(err.message).toMatch(/port|host/);
   });
 
+  test.each(['[::1]:2181', '127.0.0.1:2181,[::1]'])(
+    'an IPv6 address %j (the client cannot dial one) → InvalidArgumentError',
+    async (hosts) => {
+      const err = await refused(connectZookeeper(hosts, { connectTimeout: '1s' }));
+      expect(err.message).toMatch(/cannot connect to an IPv6 address/);
+    },
+  );
+
   test.each(['127.0.0.1:2181/a/', '127.0.0.1:2181//a', '127.0.0.1:2181/a/../b'])(
     'bad chroot %j → InvalidArgumentError',
     async (hosts) => {

@@ -5,7 +5,7 @@
  */
 import { InvalidArgumentError } from '../../errors.js';
 
-/** A host name, an IPv4 address or a bracketed IPv6 address, then an optional `:port`. */
+/** A host name, an IPv4 address or a bracketed IPv6 address (refused below), then an optional `:port`. */
 const HOST = /^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]+)(?::([^:]*))?$/;
 
 /** An absolute path of names made of `A-Za-z0-9_.:=-`, no `.` or `..`, no empty name, no trailing `/`. */
@@ -17,6 +17,12 @@ export function isZkPath(p: string): boolean {
 export function checkHost(h: string, where: string): string {
   const m = HOST.exec(h);
   if (!m) throw new InvalidArgumentError(`${where}: "${h}" is not a host[:port]`);
+  if (m[1]!.startsWith('[')) {
+    // node-zookeeper-client splits a server at its first ':' and would dial a host named "["
+    throw new InvalidArgumentError(
+      `${where}: "${h}": node-zookeeper-client cannot connect to an IPv6 address; use a host name that resolves to it`,
+    );
+  }
   const port = m[2];
   if (port === undefined) return `${h}:2181`;
   if (!/^\d{1,5}$/.test(port) || Number(port) < 1 || Number(port) > 65535)
