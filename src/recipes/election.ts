@@ -78,13 +78,16 @@ export class ElectionImpl extends EventEmitter implements Election {
   /** A campaign() is in flight (one at a time per handle). */
   private campaigning = false;
   private readonly key: string;
+  /** The Locks (a `#` field: a walk over the election's properties never reaches its backend). */
+  readonly #host: ElectionHost;
 
   constructor(
-    private readonly host: ElectionHost,
+    host: ElectionHost,
     readonly name: string,
     private readonly opts: ElectOptions | null,
   ) {
     super();
+    this.#host = host;
     this.key = `election:${name}`;
   }
 
@@ -135,7 +138,7 @@ export class ElectionImpl extends EventEmitter implements Election {
     const opts = this.opts!;
     for (;;) {
       try {
-        const term = await this.host.acquire(this.key, {
+        const term = await this.#host.acquire(this.key, {
           value: opts.value,
           ttl: opts.ttl,
           wait: MAX_DURATION_MS,
@@ -187,7 +190,7 @@ export class ElectionImpl extends EventEmitter implements Election {
   }
 
   async leader(): Promise<LeaderInfo | null> {
-    const info = await this.host.inspect(this.key);
+    const info = await this.#host.inspect(this.key);
     return info ? { value: info.value ?? '', fence: info.fence } : null;
   }
 
@@ -201,7 +204,7 @@ export class ElectionImpl extends EventEmitter implements Election {
       dirty = true;
       wake?.();
     };
-    const unwatch = await this.host.watch(this.key, poke, signal).catch((e: unknown) => {
+    const unwatch = await this.#host.watch(this.key, poke, signal).catch((e: unknown) => {
       if (signal.aborted) return null;
       throw e;
     });
@@ -210,7 +213,7 @@ export class ElectionImpl extends EventEmitter implements Election {
       let last: string | undefined;
       while (!signal.aborted) {
         dirty = false;
-        const info = await this.host.inspect(this.key);
+        const info = await this.#host.inspect(this.key);
         const id = info ? `${info.fence}` : 'none';
         if (id !== last) {
           last = id;

@@ -18,6 +18,7 @@ import {
   type Locks,
 } from '../../src/index.js';
 import { spy } from '../conformance/spy.js';
+import { findSecret } from '../support/secrets.js';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const open: Locks[] = [];
@@ -432,6 +433,8 @@ describe('election: one campaign at a time per handle', () => {
       expect(b.isLeader).toBe(true);
       expect(a.isLeader).toBe(false);
       expect(await a.leader()).toEqual({ value: 'b', fence: term.fence });
+      // an election hides its Locks (and so the store's tokens) from a walk over its properties
+      expect(findSecret(b, [term.token])).toBeNull();
       // after it settled, a handle may campaign again
       const again = a.campaign({ signal: AbortSignal.timeout(100) });
       await expect(again).rejects.toThrow();
