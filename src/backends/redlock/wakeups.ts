@@ -103,14 +103,21 @@ export class Wakeups {
 
   /**
    * The node times that queued refusals carried, each with this host's wall clock when its attempt
-   * was sent and when the reply came: the median offset (node − host, at the round trip's middle)
-   * becomes the offset of later arrivals. Every node gets the same arrival from one waiter, so
-   * they keep ordering the waiters alike; aligned to the nodes' clock, arrivals from different
-   * hosts compare by when the nodes saw them, whatever each host's own clock says.
+   * was sent and when the reply came: the median offset (node − host) becomes the offset of later
+   * arrivals. Every node gets the same arrival from one waiter, so they keep ordering the waiters
+   * alike; aligned to the nodes' clock, arrivals from different hosts compare by when the nodes
+   * saw them, whatever each host's own clock says.
+   *
+   * The node read its clock somewhere between our send and our reading of the reply, so the
+   * offset lies between node − received and node − sent. We take node − sent, the largest: our
+   * arrivals may then be stamped late by up to a round trip (we may fall behind a waiter that came
+   * just after us), never early. The middle of the round trip was off by half of it either way, and
+   * a reply read late (a busy event loop: 60 ms under two CPU hogs) made a host with a skewed clock
+   * stamp its arrivals tens of ms early, ahead of a waiter that had been queued before it.
    */
   observe(samples: readonly { node: number; sent: number; received: number }[]): void {
     if (samples.length === 0) return;
-    const offsets = samples.map((x) => x.node - (x.sent + x.received) / 2).sort((a, b) => a - b);
+    const offsets = samples.map((x) => x.node - x.sent).sort((a, b) => a - b);
     this.offsetMs = offsets[offsets.length >> 1]!;
   }
 
