@@ -72,12 +72,15 @@ test('a grant and a release in another process reach a watcher by polling', asyn
   const db = dbs.path();
   const backend = sqlite(db, { pollInterval: '20ms' });
   const locks = createLocks(backend, { prefix: 'lh-proc' });
+  // one clock for both processes: the system's monotonic clock (the child stamps its grant with it)
+  const clock = (): number => Number(process.hrtime.bigint()) / 1e6;
   const calls: number[] = [];
-  const unwatch = await backend.watch('lh-proc:watched', () => calls.push(performance.now()));
+  const unwatch = await backend.watch('lh-proc:watched', () => calls.push(clock()));
   try {
     let heldAt = 0;
+    let grantedAt = 0;
     const done = child(['hold', db, 'watched', '400'], (l) => {
-      if (l.kind === 'held') heldAt = performance.now();
+      if (l.kind === 'held') [heldAt, grantedAt] = [clock(), l.t!];
     });
     done.catch(() => {}); // may reject before it is awaited below
     await expect.poll(() => heldAt, { timeout: 10_000 }).toBeGreaterThan(0);
@@ -86,8 +89,9 @@ test('a grant and a release in another process reach a watcher by polling', asyn
     const info = await locks.inspect('watched');
     expect(info?.value).toMatch(/^pid-\d+$/);
     await done;
-    // the release (≥ 400 ms after the grant) was seen too
-    await expect.poll(() => calls.at(-1)! - heldAt, { timeout: 1000 }).toBeGreaterThanOrEqual(350);
+    // the release (≥ 400 ms after the grant, on the child's stamp: a late read of its line here
+    // cannot shorten the gap) was seen too
+    await expect.poll(() => calls.at(-1)! - grantedAt, { timeout: 1000 }).toBeGreaterThanOrEqual(390);
     expect(await locks.inspect('watched')).toBeNull();
   } finally {
     unwatch();
