@@ -114,9 +114,21 @@ export class Keeper {
     this.timerAt = Infinity;
   }
 
-  /** When the keeper must look at `l` next: its renewal (if one can be sent now) or its deadline. */
+  /**
+   * When the keeper must look at `l` next: its renewal (if one can be sent now: none of ours, nor
+   * a caller's extend(), is in flight for it) or its deadline.
+   */
   private nextTime(l: LeaseImpl): number {
-    return l.renew && l.renewCall === 0 && this.busy === null ? Math.min(l.nextRenewAt, l.expiresAt) : l.expiresAt;
+    return this.mayRenew(l) && this.busy === null ? Math.min(l.nextRenewAt, l.expiresAt) : l.expiresAt;
+  }
+
+  private mayRenew(l: LeaseImpl): boolean {
+    return l.renew && l.renewCall === 0 && !l.extending;
+  }
+
+  /** The lease's expiry or renewal time changed (an explicit extend): its timer follows. */
+  reschedule(lease: LeaseImpl): void {
+    if (this.leases.has(lease)) this.arm(this.nextTime(lease));
   }
 
   private arm(at: number): void {
@@ -146,7 +158,7 @@ export class Keeper {
     for (const l of [...this.leases]) {
       if (t >= l.expiresAt) {
         l.lose(l.renew ? 'it expired before a renewal succeeded' : 'its TTL ran out (renew is off)');
-      } else if (this.busy === null && l.renew && l.renewCall === 0 && l.nextRenewAt - l.renewInterval / 2 <= t) {
+      } else if (this.busy === null && this.mayRenew(l) && l.nextRenewAt - l.renewInterval / 2 <= t) {
         due.push(l);
       }
     }
@@ -230,6 +242,9 @@ export class Keeper {
     const id = ++this.seq;
     this.busy = id;
     for (const l of due) l.renewCall = id;
+    // each lease's TTL as sent, and the call's place in its order of sends (see LeaseImpl.renewed)
+    const items = due.map((l) => ({ key: l.fullKey, token: l.token, ttlMs: l.ttlMs }));
+    const seqs = due.map((l) => l.sending());
     const sentAt = now();
     const name = this.backend.name;
     // false if the lease is no longer part of this call (it joined a later one)
@@ -239,7 +254,7 @@ export class Keeper {
       return true;
     };
     this.calls
-      .run('renewal', () => this.backend.extend(due.map((l) => ({ key: l.fullKey, token: l.token, ttlMs: l.ttlMs }))), {
+      .run('renewal', () => this.backend.extend(items), {
         secrets: due.map((l) => l.token),
       })
       .then(
@@ -250,7 +265,7 @@ export class Keeper {
             if (channels.extend.hasSubscribers) {
               emit(channels.extend, { backend: name, key: l.key, fence: l.fence, ok, batch: due.length });
             }
-            if (ok) l.renewed(sentAt);
+            if (ok) l.renewed(sentAt, items[i]!.ttlMs, seqs[i]!);
             else l.lose('renewal refused by the backend (expired, deleted or taken over)');
           });
         },

@@ -39,6 +39,11 @@ export interface LeaseHost {
   settled(lease: LeaseImpl): void;
   /** A lease that hangs off a session is about to get its own expiry (an explicit extend). */
   ungroup?(lease: LeaseImpl): void;
+  /**
+   * The lease's expiry or renewal time changed outside the keeper (an explicit extend settled):
+   * its timer is armed again for the new times.
+   */
+  rescheduled?(lease: LeaseImpl): void;
 }
 
 /** A backend session as the engine renews it: one renewal for all of its leases. */
@@ -75,6 +80,15 @@ export class LeaseImpl implements Lease {
   /** The keeper's renewal call this lease is part of while it is in flight (0: none). */
   renewCall = 0;
   ttlMs: number;
+  /**
+   * Calls that set the lease's expiry on the server (renewals, extends), numbered in the order
+   * they were sent; `#applied` is the latest-sent one whose success decided our expiry. A call
+   * sent before it answers later with an expiry the server no longer has, and is ignored.
+   */
+  #sent = 0;
+  #applied = 0;
+  /** The caller's extend() calls in flight: the keeper sends no renewal meanwhile. */
+  #extending = 0;
   #lostError: LeaseLostError | null = null;
 
   /** Private (not an own property): a deep walk of a lease never reaches the Locks or its clients. */
@@ -164,11 +178,28 @@ export class LeaseImpl implements Lease {
     return this.#state === 'held' ? Math.max(0, Math.floor(this.expiresAt - now())) : 0;
   }
 
-  /** A renewal sent at monotonic time `sentAt` succeeded. */
-  renewed(sentAt: number): void {
-    if (this.#state !== 'held') return;
-    this.expiresAt = Math.max(this.#ownExpiry, sentAt + this.ttlMs - driftMs(this.ttlMs));
+  /** True while an extend() of the caller is in flight: the keeper leaves the lease alone then. */
+  get extending(): boolean {
+    return this.#extending > 0;
+  }
+
+  /** Numbers a call that sets the expiry (a renewal, an extend) as it is sent; see `renewed`. */
+  sending(): number {
+    return ++this.#sent;
+  }
+
+  /**
+   * A renewal or extend that was sent as number `seq` (of `sending()`), at monotonic time `sentAt`
+   * with `ttlMs`, succeeded: it sets the expiry from its own send and TTL, unless a call sent after
+   * it already did (the server applied that one last). False when it was ignored.
+   */
+  renewed(sentAt: number, ttlMs: number, seq: number): boolean {
+    if (this.#state !== 'held' || seq <= this.#applied) return false;
+    this.#applied = seq;
+    this.ttlMs = ttlMs;
+    this.expiresAt = sentAt + ttlMs - driftMs(ttlMs);
     this.nextRenewAt = sentAt + this.renewInterval;
+    return true;
   }
 
   async extend(ttl?: Duration): Promise<void> {
@@ -185,7 +216,21 @@ export class LeaseImpl implements Lease {
     this.#checkExpiry();
     if (this.state === 'lost') throw this.#lostError!;
     if (this.group) this.#host.ungroup?.(this); // from now on it is renewed by itself
+    // the keeper sends no renewal while this is in flight: one sent after it would be applied
+    // last, with the old TTL, while we would believe this one's
+    this.#extending++;
+    try {
+      await this.#extend(ttlMs);
+    } finally {
+      this.#extending--;
+      // renewals resume on the (possibly new) schedule, and the deadline timer follows the expiry
+      if (this.#state === 'held') this.#host.rescheduled?.(this);
+    }
+  }
+
+  async #extend(ttlMs: number): Promise<void> {
     const { backend, calls } = this.#host;
+    const seq = this.sending();
     const sentAt = now();
     let ok: boolean | undefined;
     try {
@@ -218,9 +263,8 @@ export class LeaseImpl implements Lease {
       throw this.#lostError ?? new LeaseLostError(this.key, 'released during extend');
     }
     if (this.#state !== 'held') throw this.#lostError ?? new LeaseLostError(this.key, 'released during extend');
-    this.ttlMs = ttlMs;
-    this.expiresAt = until;
-    this.nextRenewAt = sentAt + this.renewInterval;
+    // an extend of ours sent after this one and already answered decided the expiry: kept
+    this.renewed(sentAt, ttlMs, seq);
   }
 
   #emitExtend(ok: boolean, error?: unknown): void {

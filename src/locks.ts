@@ -186,6 +186,9 @@ class LocksImpl implements Locks, LeaseHost {
   ungroup(lease: LeaseImpl): void {
     this.keeper.ungroup(lease);
   }
+  rescheduled(lease: LeaseImpl): void {
+    this.keeper.reschedule(lease);
+  }
 
   private parse(key: unknown, opts: unknown, allowed: readonly string[], where: string): Parsed {
     const k = checkKey(key);

@@ -1,0 +1,134 @@
+/**
+ * A caller's `lease.extend()` and the keeper's renewals of the same lease, on the memory backend
+ * behind a wrapper that applies every call at once but holds back chosen replies until the test
+ * lets them go (a slow network on the way back): the core's scheduling only.
+ */
+import { afterEach, describe, expect, test } from 'vitest';
+import type { Backend, ExtendItem } from '../../src/backend.js';
+import { memory, MemoryStore } from '../../src/backends/memory/index.js';
+import { createLocks, LeaseLostError, type Locks } from '../../src/index.js';
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+const open: Locks[] = [];
+const make = (backend: Backend, opts = {}) => {
+  const l = createLocks(backend, opts);
+  open.push(l);
+  return l;
+};
+afterEach(async () => {
+  await Promise.allSettled(open.splice(0).map((l) => l.close()));
+});
+
+/**
+ * A memory backend that logs the TTL of every extend item it is sent and applies it at once; the
+ * reply of an extend whose (first) TTL is in `hold` waits until `letGo(ttl)`.
+ */
+function replies(store = new MemoryStore()) {
+  const inner = memory({ store });
+  const sent: number[] = [];
+  const hold = new Set<number>();
+  const held = new Map<number, Array<() => void>>();
+  const backend: Backend = {
+    name: 'held-replies',
+    capabilities: inner.capabilities,
+    acquire: (k, r) => inner.acquire(k, r),
+    extend: async (items: readonly ExtendItem[]) => {
+      for (const it of items) sent.push(it.ttlMs);
+      const r = await inner.extend(items); // applied on the "server" now
+      const ttl = items[0]!.ttlMs;
+      if (hold.has(ttl)) await new Promise<void>((go) => held.set(ttl, [...(held.get(ttl) ?? []), go]));
+      return r;
+    },
+    release: (k, t) => inner.release(k, t),
+    inspect: (k) => inner.inspect(k),
+    close: () => inner.close(),
+  };
+  return {
+    backend,
+    store,
+    sent,
+    hold: (ttl: number) => hold.add(ttl),
+    /** True once an extend with this TTL is waiting for its reply. */
+    waiting: (ttl: number) => (held.get(ttl)?.length ?? 0) > 0,
+    letGo(ttl: number) {
+      hold.delete(ttl);
+      for (const go of held.get(ttl) ?? []) go();
+      held.delete(ttl);
+    },
+  };
+}
+
+/** Resolves once `signal` aborts, or with 'timeout' after `ms`. */
+function aborted(signal: AbortSignal, ms: number): Promise<'aborted' | 'timeout'> {
+  if (signal.aborted) return Promise.resolve('aborted');
+  return new Promise((r) => {
+    const timer = setTimeout(() => r('timeout'), ms);
+    signal.addEventListener('abort', () => (clearTimeout(timer), r('aborted')), { once: true });
+  });
+}
+
+describe('extend() and renewal of the same lease', () => {
+  test('no renewal is sent while a longer extend() is in flight: the lease never believes more than the server holds', async () => {
+    const r = replies();
+    const locks = make(r.backend, { ttl: 300 }); // renewed every 100 ms with a 300 ms TTL
+    const lease = await locks.acquire('x');
+    r.hold(60_000);
+    const ext = lease.extend(60_000); // applied at once; its reply waits
+    while (!r.waiting(60_000)) await sleep(1);
+    // two renewal intervals pass while the reply is out: a renewal sent now (300 ms) would be
+    // applied after the 60 s extension, and the server would drop the lock 300 ms later
+    await sleep(250);
+    r.letGo(60_000);
+    await ext;
+    expect(r.sent.filter((t) => t === 300)).toEqual([]);
+    await sleep(400); // past what a 300 ms renewal would have left on the server
+    const info = await locks.inspect('x');
+    expect(info?.fence).toBe(lease.fence);
+    expect(lease.held).toBe(true);
+    expect(lease.remaining()).toBeLessThanOrEqual(info!.remainingMs);
+    expect(lease.remaining()).toBeGreaterThan(55_000);
+  });
+
+  test('of two extend() calls, the one sent last decides the expiry, whichever answers first', async () => {
+    const r = replies();
+    const locks = make(r.backend, { ttl: '5s', renew: false });
+    const lease = await locks.acquire('x');
+    r.hold(60_000);
+    const long = lease.extend(60_000); // sent first, answered last
+    while (!r.waiting(60_000)) await sleep(1);
+    await lease.extend(300); // sent last: the server's expiry is 300 ms from now
+    r.letGo(60_000);
+    await long;
+    expect(lease.remaining()).toBeLessThanOrEqual(300);
+    // and it is signalled lost when the server drops it, not a minute later
+    expect(await aborted(lease.signal, 1500)).toBe('aborted');
+    expect(lease.signal.reason).toBeInstanceOf(LeaseLostError);
+    expect(await locks.inspect('x')).toBeNull();
+  });
+});
+
+describe('extend() to a shorter ttl', () => {
+  test('a renewed lease is renewed on the new ttl’s schedule: the server never drops it', async () => {
+    const r = replies();
+    const locks = make(r.backend, { ttl: '15s' }); // first renewal due after 5 s
+    const lease = await locks.acquire('x');
+    await lease.extend(600); // from now on renewed every 200 ms
+    await sleep(1500); // well past the 600 ms the extension alone gives
+    expect(r.sent.filter((t) => t === 600).length).toBeGreaterThanOrEqual(4); // the extend, then renewals
+    expect((await locks.inspect('x'))?.fence).toBe(lease.fence);
+    expect(lease.held).toBe(true);
+    expect(lease.remaining()).toBeLessThanOrEqual(600);
+  });
+
+  test('a lease with renew: false is signalled lost at the new expiry, not the old one', async () => {
+    const locks = make(memory(), { ttl: '5s', renew: false });
+    const lease = await locks.acquire('x');
+    const signal = lease.signal; // read once, before the extend, as a worker passes it on
+    const t0 = performance.now();
+    await lease.extend(500);
+    expect(await aborted(signal, 2000)).toBe('aborted');
+    expect(performance.now() - t0).toBeGreaterThanOrEqual(480);
+    expect(signal.reason).toBeInstanceOf(LeaseLostError);
+    expect(await locks.inspect('x')).toBeNull();
+  });
+});
