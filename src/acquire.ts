@@ -164,6 +164,24 @@ export class Acquirer {
     await this.giveBack(p, token);
   }
 
+  /**
+   * `abandon` in the background, tracked as a whole so close() waits for both of its calls (the
+   * release starts only once the leave settled).
+   */
+  private abandonLater(p: Parsed, token: string): void {
+    this.host.calls.track(this.abandon(p, token));
+  }
+
+  /**
+   * An attempt that failed with a BackendError or a QuorumError may still have run on the server
+   * (its reply was lost): whatever it left under `token` is given back before the error is thrown,
+   * or the lock would be held for its whole TTL by a token nobody has.
+   */
+  private failed(p: Parsed, token: string, e: unknown): unknown {
+    if (e instanceof BackendError || e instanceof QuorumError) this.abandonLater(p, token);
+    return e;
+  }
+
   /** Says (once per wait, when someone listens) that the backend fails and the wait retries. */
   private warnFailing(p: Parsed, e: Failure): boolean {
     return warn({
@@ -200,7 +218,7 @@ export class Acquirer {
         g = await this.attempt(p, token, true, ms, p.signal, true, onTimeout);
       } catch (e) {
         // one attempt was all it could have (wait: 0, or its deadline has passed): as it failed
-        if (!retryable(e) || p.signal?.aborted || now() - started >= p.waitMs) throw e;
+        if (!retryable(e) || p.signal?.aborted || now() - started >= p.waitMs) throw this.failed(p, token, e);
         waiting = true;
         return await this.wait(p, token, started, true, e);
       }
@@ -313,7 +331,7 @@ export class Acquirer {
       outcome = e instanceof LockTimeoutError ? 'timeout' : all.signal.aborted ? 'aborted' : 'error';
       if (queued && backend.leave) void this.leave(p, token);
       // tokens of failed attempts not given back yet: in the background (tracked: close() waits)
-      if (stale !== null) for (const t of stale) void this.abandon(p, t);
+      if (stale !== null) for (const t of stale) this.abandonLater(p, t);
       throw e instanceof LockTimeoutError && failure ? new LockTimeoutError(p.key, e.waitedMs, { cause: failure }) : e;
     } finally {
       cancel(timer);
@@ -367,7 +385,12 @@ export class Acquirer {
     try {
       const sentAt = now();
       const ms = Math.min(this.host.calls.opTimeoutMs, this.validity(p));
-      const g = await this.attempt(p, token, false, ms, p.signal, true);
+      let g: Grant | null;
+      try {
+        g = await this.attempt(p, token, false, ms, p.signal, true);
+      } catch (e) {
+        throw this.failed(p, token, e);
+      }
       if (!g) return null;
       return this.granted(p, token, g, sentAt, sentAt, 1);
     } finally {

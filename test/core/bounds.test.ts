@@ -516,6 +516,23 @@ describe('a waiting acquire outlives a failing backend', () => {
     expect(f.failed).toBe(2);
   });
 
+  test('tryAcquire, runExclusive and acquire(wait: 0) whose reply was lost give the grant back: no orphan lock', async () => {
+    const store = new MemoryStore();
+    const f = flaky(store);
+    const locks = make(f.backend);
+    f.fail('lost'); // each attempt is granted on the "server", then its reply is lost
+    await expect(locks.tryAcquire('try', { ttl: '10m' })).rejects.toBeInstanceOf(BackendError);
+    await expect(locks.runExclusive('run', () => 'ran', { lockAtMostFor: '30m' })).rejects.toBeInstanceOf(BackendError);
+    await expect(locks.acquire('once', { ttl: '10m', wait: 0 })).rejects.toBeInstanceOf(BackendError);
+    expect(f.log.filter((l) => l.endsWith('granted, reply lost'))).toHaveLength(3);
+    f.fail(null);
+    await locks.close(); // waits for the give-backs in the background
+    const granted = f.log.filter((l) => l.startsWith('acquire ')).map(tokenOf);
+    for (const t of granted) expect(f.log).toContain(`release ${t} true`);
+    const other = make(memory({ store }));
+    for (const key of ['try', 'run', 'once']) expect(await other.inspect(key)).toBeNull();
+  });
+
   test('an error that would fail every attempt (a read-only database) is not retried: it rejects at once', async () => {
     const f = flaky();
     const locks = make(f.backend);
