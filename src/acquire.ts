@@ -133,9 +133,11 @@ export class Acquirer {
   /**
    * Gives back tokens whose attempts failed with a BackendError (each leaves the queue, and a
    * grant it may have got is released, token-checked), oldest first; the ones given back leave
-   * `stale`. Returns the BackendError that stopped it (the backend still fails), else null.
+   * `stale`. Returns the transient failure that stopped it (the backend still fails: the wait
+   * pauses and tries again), else null; any other error (a refused permission) is thrown, as it
+   * is from an attempt.
    */
-  private async sweep(p: Parsed, stale: string[], signal: AbortSignal): Promise<BackendError | null> {
+  private async sweep(p: Parsed, stale: string[], signal: AbortSignal): Promise<Failure | null> {
     const { backend, calls } = this.host;
     while (stale.length > 0) {
       const t = stale[0]!;
@@ -144,7 +146,7 @@ export class Acquirer {
         if (backend.leave) await calls.run('leave', () => backend.leave!(p.fullKey, t), o);
         await calls.run('release', () => backend.release(p.fullKey, t), o);
       } catch (e) {
-        if (e instanceof BackendError) return e;
+        if (retryable(e)) return e;
         throw e;
       }
       stale.shift();

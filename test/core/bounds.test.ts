@@ -394,6 +394,7 @@ function flaky(store = new MemoryStore()) {
   const inner = memory({ store });
   const log: string[] = [];
   let failing: 'lost' | 'refused' | 'readonly' | null = null;
+  let denyGiveBack = false;
   let failed = 0;
   const backend: Backend = {
     name: 'flaky',
@@ -419,11 +420,16 @@ function flaky(store = new MemoryStore()) {
     },
     extend: (items) => inner.extend(items),
     release: async (k, t) => {
+      if (denyGiveBack) throw clientError("NOPERM this user has no permissions to run the 'evalsha' command", 'NOPERM');
       const r = await inner.release(k, t);
       log.push(`release ${t} ${r}`);
       return r;
     },
-    leave: async (k, t) => (log.push(`leave ${t}`), inner.leave(k, t)),
+    leave: async (k, t) => {
+      if (denyGiveBack) throw clientError("NOPERM this user has no permissions to run the 'evalsha' command", 'NOPERM');
+      log.push(`leave ${t}`);
+      return inner.leave(k, t);
+    },
     inspect: (k) => inner.inspect(k),
     waitForChange: (k, s, ms) => inner.waitForChange(k, s, ms),
     close: () => inner.close(),
@@ -436,6 +442,10 @@ function flaky(store = new MemoryStore()) {
     },
     fail(how: 'lost' | 'refused' | 'readonly' | null) {
       failing = how;
+    },
+    /** Makes leave and release fail with an error that would fail every call (a refused permission). */
+    denyGiveBack(deny: boolean) {
+      denyGiveBack = deny;
     },
   };
 }
@@ -542,6 +552,23 @@ describe('a waiting acquire outlives a failing backend', () => {
     expect((r.error as Error).message).toMatch(/readonly database/);
     expect(r.ms).toBeLessThan(MARGIN);
     expect(f.failed).toBe(1);
+  });
+
+  test('a give-back of a failed attempt’s token that fails for good (a refused permission) rejects at once', async () => {
+    const f = flaky();
+    const locks = make(f.backend, { retry: { minDelay: 5, maxDelay: 20 } });
+    f.fail('lost'); // the first attempt's reply is lost: its token must be given back first
+    f.denyGiveBack(true);
+    const pending = timed(locks.acquire('denied', { wait: '3s' }));
+    while (f.failed < 1) await sleep(1);
+    f.fail(null);
+    const r = await pending;
+    expect(r.error).toBeInstanceOf(BackendError);
+    expect(r.error).not.toBeInstanceOf(LockTimeoutError);
+    expect((r.error as Error).message).toMatch(/NOPERM/);
+    expect(r.ms).toBeLessThan(1000); // not retried until the 3 s deadline
+    expect(f.failed).toBe(1); // no attempt after the refused give-back
+    f.denyGiveBack(false);
   });
 
   test('a refusal before the attempt ran, then the backend is back: granted within the wait', async () => {
