@@ -30,7 +30,10 @@ export interface LeaderInfo {
 
 /** The events an election emits, with their arguments. */
 export interface ElectionEvents {
-  /** This candidate became leader: the term (a lease). */
+  /**
+   * This candidate became leader: the term (a lease). A listener that throws makes `campaign()`
+   * reject with its error, and the term is released first ('demoted' follows).
+   */
   elected: [term: Term];
   /** This candidate's term ended: a `LeaseLostError` when lost, a `NotLeaderError` on resign. */
   demoted: [reason: unknown];
@@ -137,48 +140,58 @@ export class ElectionImpl extends EventEmitter implements Election {
   private async campaignOnce(signal: AbortSignal | undefined): Promise<Term> {
     const opts = this.opts!;
     for (;;) {
+      let term: Lease;
       try {
-        const term = await this.#host.acquire(this.key, {
+        term = await this.#host.acquire(this.key, {
           value: opts.value,
           ttl: opts.ttl,
           wait: MAX_DURATION_MS,
           signal,
         });
-        if (term.signal.aborted) {
-          // lost before it could lead (a ttl shorter than the grant took): a listener added now
-          // would never run, so neither 'elected' nor 'demoted' would be true; campaign again,
-          // after a pause of one ttl (10 ms at least; 10 ms with the Locks' default ttl) rather than a
-          // busy loop
-          await sleep(Math.max(10, opts.ttl === undefined ? 0 : toMs(opts.ttl, 'ttl')), signal);
-          continue;
-        }
-        this.term = term;
-        term.signal.addEventListener(
-          'abort',
-          () => {
-            // resign() lets go of the term before it releases it; any other release of a term
-            // still held here came from elsewhere (close(), the term's own release())
-            const resigned = this.term !== term;
-            if (!resigned) this.term = null;
-            const reason = term.signal.reason;
-            this.emit(
-              'demoted',
-              reason instanceof Error && reason.name !== 'AbortError'
-                ? reason
-                : new NotLeaderError(
-                    resigned
-                      ? `resigned the leadership of "${this.name}"`
-                      : `the term of "${this.name}" ended: its lease was released (close() or the term's release())`,
-                  ),
-            );
-          },
-          { once: true },
-        );
-        this.emit('elected', term);
-        return term;
       } catch (e) {
         if (signal?.aborted || (e as { code?: string }).code !== 'LEASEHOLD_LOCK_TIMEOUT') throw e;
+        continue;
       }
+      if (term.signal.aborted) {
+        // lost before it could lead (a ttl shorter than the grant took): a listener added now
+        // would never run, so neither 'elected' nor 'demoted' would be true; campaign again,
+        // after a pause of one ttl (10 ms at least; 10 ms with the Locks' default ttl) rather than a
+        // busy loop
+        await sleep(Math.max(10, opts.ttl === undefined ? 0 : toMs(opts.ttl, 'ttl')), signal);
+        continue;
+      }
+      this.term = term;
+      term.signal.addEventListener(
+        'abort',
+        () => {
+          // resign() lets go of the term before it releases it; any other release of a term
+          // still held here came from elsewhere (close(), the term's own release())
+          const resigned = this.term !== term;
+          if (!resigned) this.term = null;
+          const reason = term.signal.reason;
+          this.emit(
+            'demoted',
+            reason instanceof Error && reason.name !== 'AbortError'
+              ? reason
+              : new NotLeaderError(
+                  resigned
+                    ? `resigned the leadership of "${this.name}"`
+                    : `the term of "${this.name}" ended: its lease was released (close() or the term's release())`,
+                ),
+          );
+        },
+        { once: true },
+      );
+      try {
+        this.emit('elected', term);
+      } catch (e) {
+        // an 'elected' listener threw: campaign() rejects with its error, so this candidate
+        // steps down (as resign() does) rather than lead, renewed, with its caller unaware
+        if (this.term === term) this.term = null;
+        await term.release().catch(() => {});
+        throw e;
+      }
+      return term;
     }
   }
 

@@ -527,6 +527,26 @@ describe('election: why a term ended', () => {
   });
 });
 
+describe("election: an 'elected' listener that throws", () => {
+  test('campaign() rejects with its error and the term is given up: not leader, and another candidate is elected', async () => {
+    const store = new MemoryStore();
+    const a = make(memory({ store }));
+    const b = make(memory({ store }));
+    const ea = a.elect('listener', { value: 'A' });
+    const told: string[] = [];
+    ea.on('elected', () => {
+      throw new Error('listener bug');
+    });
+    ea.on('demoted', (err) => void told.push((err as Error).message));
+    await expect(ea.campaign()).rejects.toThrow('listener bug');
+    expect(ea.isLeader).toBe(false);
+    expect(await ea.leader()).toBeNull(); // released, not held and renewed by nobody's term
+    expect(told).toEqual(['resigned the leadership of "listener"']);
+    const term = await b.elect('listener', { value: 'B' }).campaign();
+    expect(await ea.leader()).toEqual({ value: 'B', fence: term.fence });
+  });
+});
+
 describe('memory backend: nothing kept per key it no longer needs', () => {
   test('a store passed where the options go is told how to pass it', () => {
     // before: 'memory: unknown option "locks"'
