@@ -58,7 +58,21 @@ export interface LeaseGroup {
 export const driftMs = (ttlMs: number): number => Math.floor(ttlMs * 0.01) + 2;
 
 /** The smallest ttl that leaves any validity after driftMs (3 ms). */
-const MIN_EXTEND_MS = 3;
+export const MIN_TTL_MS = 3;
+
+/**
+ * Refuses (before any I/O) a TTL that leaves no validity after the drift allowance: a lease of it
+ * would be lost before the caller could use it. `what` names the option: 'acquire: a ttl'.
+ */
+export function checkTtl(ttlMs: number, what: string): number {
+  if (ttlMs - driftMs(ttlMs) <= 0) {
+    throw new InvalidArgumentError(
+      `${what} of ${ttlMs}ms leaves no validity after the drift allowance of ${driftMs(ttlMs)}ms ` +
+        `(1% of the ttl + 2ms); use at least ${MIN_TTL_MS}ms`,
+    );
+  }
+  return ttlMs;
+}
 
 type State = 'held' | 'lost' | 'released';
 
@@ -203,14 +217,8 @@ export class LeaseImpl implements Lease {
   }
 
   async extend(ttl?: Duration): Promise<void> {
-    const ttlMs = ttl === undefined ? this.ttlMs : toMs(ttl, 'ttl');
-    if (ttl !== undefined && ttlMs - driftMs(ttlMs) <= 0) {
-      // the lease would be over before the extension even went out: no backend call
-      throw new InvalidArgumentError(
-        `extend: a ttl of ${ttlMs}ms leaves no validity after the drift allowance of ${driftMs(ttlMs)}ms ` +
-          `(1% of the ttl + 2ms); use at least ${MIN_EXTEND_MS}ms`,
-      );
-    }
+    // the lease would be over before the extension even went out: no backend call
+    const ttlMs = ttl === undefined ? this.ttlMs : checkTtl(toMs(ttl, 'ttl'), 'extend: a ttl');
     if (this.#state === 'released')
       throw new InvalidArgumentError(`lease on "${this.key}" was released; acquire a new one`);
     this.#checkExpiry();

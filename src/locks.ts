@@ -8,7 +8,7 @@ import { smallTtlWarning, toMs, type Duration } from './duration.js';
 import { ClosedError, InvalidArgumentError, LeaseholdError } from './errors.js';
 import { channels, emit, warn } from './events.js';
 import { Keeper } from './keeper.js';
-import { LeaseImpl, type Lease, type LeaseHost } from './lease.js';
+import { checkTtl, LeaseImpl, MIN_TTL_MS, type Lease, type LeaseHost } from './lease.js';
 import { idempotent, type IdempotentOptions } from './recipes/idempotency.js';
 import { ElectionImpl, type ElectOptions, type Election } from './recipes/election.js';
 import { checkBoolean, checkKey, checkOptions, checkSignal, checkString, newToken } from './validate.js';
@@ -139,7 +139,7 @@ class LocksImpl implements Locks, LeaseHost {
   constructor(backend: Backend, defaults?: LocksOptions) {
     this.backend = checkBackend(backend);
     const o = checkOptions<LocksOptions>(defaults, LOCKS_OPTS, 'createLocks');
-    this.ttlMs = o.ttl === undefined ? 30_000 : toMs(o.ttl, 'ttl');
+    this.ttlMs = o.ttl === undefined ? 30_000 : checkTtl(toMs(o.ttl, 'ttl'), 'createLocks: a ttl');
     this.renew = checkBoolean(o.renew, 'renew') ?? true;
     this.waitMs = o.wait === undefined ? 30_000 : toMs(o.wait, 'wait', { allowZero: true });
     if (o.prefix !== undefined) checkString(o.prefix, 'prefix', 256);
@@ -201,7 +201,7 @@ class LocksImpl implements Locks, LeaseHost {
     const p: Parsed = {
       key: k,
       fullKey: `${this.prefix}:${k}`,
-      ttlMs: o.ttl === undefined ? this.ttlMs : toMs(o.ttl, 'ttl'),
+      ttlMs: o.ttl === undefined ? this.ttlMs : checkTtl(toMs(o.ttl, 'ttl'), `${where}: a ttl`),
       renew: checkBoolean(o.renew, 'renew') ?? this.renew,
       waitMs: o.wait === undefined ? this.waitMs : toMs(o.wait, 'wait', { allowZero: true }),
       signal: checkSignal(o.signal, where),
@@ -278,7 +278,10 @@ class LocksImpl implements Locks, LeaseHost {
     checkKey(key);
     if (typeof fn !== 'function') throw new InvalidArgumentError('runExclusive: fn must be a function');
     const o = checkOptions<RunExclusiveOptions>(options, EXCLUSIVE_OPTS, 'runExclusive');
-    const atMost = o.lockAtMostFor === undefined ? this.ttlMs : toMs(o.lockAtMostFor, 'lockAtMostFor');
+    const atMost =
+      o.lockAtMostFor === undefined
+        ? this.ttlMs
+        : checkTtl(toMs(o.lockAtMostFor, 'lockAtMostFor'), 'runExclusive: a lockAtMostFor');
     const atLeast = o.lockAtLeastFor === undefined ? 0 : toMs(o.lockAtLeastFor, 'lockAtLeastFor', { allowZero: true });
     if (atLeast > atMost) throw new InvalidArgumentError('lockAtLeastFor must not exceed lockAtMostFor');
     const signal = checkSignal(o.signal, 'runExclusive');
@@ -291,7 +294,7 @@ class LocksImpl implements Locks, LeaseHost {
       if (keep >= 1 && lease.state === 'held') {
         // the stored expiry keeps the window: it outlives close() and a crash
         try {
-          const kept = this.backend.keep ? await this.keepWindow(lease, keep) : (await lease.extend(keep), true);
+          const kept = this.backend.keep ? await this.keepWindow(lease, keep) : await this.extendWindow(lease, keep);
           if (kept) lease.detach();
           else await this.quietRelease(lease);
         } catch {
@@ -310,6 +313,23 @@ class LocksImpl implements Locks, LeaseHost {
       key: lease.key,
       secrets: [lease.token],
     });
+  }
+
+  /**
+   * Keeps the lock for the rest of the window by a token-checked extend on the server; the lease
+   * is detached after it, so its own validity no longer matters (lease.extend would refuse a
+   * window of 1–2 ms, and take one confirmed after its validity for lost, and release it). A
+   * window shorter than MIN_TTL_MS is rounded up to it: kept a millisecond or two longer, never
+   * given up early.
+   */
+  private async extendWindow(lease: LeaseImpl, ms: number): Promise<boolean> {
+    const backend = this.backend;
+    const item = { key: lease.fullKey, token: lease.token, ttlMs: Math.max(ms, MIN_TTL_MS) };
+    const [ok] = await this.calls.run('extend', () => backend.extend([item]), {
+      key: lease.key,
+      secrets: [lease.token],
+    });
+    return ok === true;
   }
 
   private async quietRelease(lease: LeaseImpl): Promise<void> {

@@ -8,7 +8,7 @@ import { EventEmitter } from 'node:events';
 import type { Backend } from '../backend.js';
 import { toMs, type Duration } from '../duration.js';
 import { InvalidArgumentError, NotLeaderError } from '../errors.js';
-import type { Lease } from '../lease.js';
+import { checkTtl, type Lease } from '../lease.js';
 import { checkOptions, checkSignal, checkString, checkTaggedKey } from '../validate.js';
 import { MAX_DURATION_MS } from '../duration.js';
 import { sleep } from '../wait.js';
@@ -101,7 +101,7 @@ export class ElectionImpl extends EventEmitter implements Election {
     if (typeof o.value !== 'string')
       throw new InvalidArgumentError('elect: value must be a string (what observers see)');
     checkString(o.value, 'elect: value', Infinity, true);
-    if (o.ttl !== undefined) toMs(o.ttl, 'elect: ttl');
+    if (o.ttl !== undefined) checkTtl(toMs(o.ttl, 'elect: ttl'), 'elect: a ttl');
     if (!host.backend.capabilities.value) {
       throw new InvalidArgumentError(`elect: the ${host.backend.name} backend cannot store a leader value`);
     }

@@ -4,8 +4,8 @@
  * backend behaviour is the conformance suite's job.
  */
 import diagnostics from 'node:diagnostics_channel';
-import { afterEach, describe, expect, test } from 'vitest';
-import type { Backend, ExtendItem } from '../../src/backend.js';
+import { afterEach, describe, expect, test, vi, type MockInstance } from 'vitest';
+import type { AcquireRequest, Backend, ExtendItem } from '../../src/backend.js';
 import { memory, MemoryStore } from '../../src/backends/memory/index.js';
 import {
   BackendError,
@@ -158,6 +158,53 @@ describe('lease lifecycle', () => {
     expect(b.extendBatches).toEqual([]); // no backend call
     expect(lease.held).toBe(true); // and the lease is as it was
     expect(lease.remaining()).toBeGreaterThan(4000);
+  });
+
+  test('a ttl or lockAtMostFor that leaves no validity is refused before any I/O, as extend refuses it', async () => {
+    const b = spy(memory());
+    const locks = make(b);
+    const tiny = /a (ttl|lockAtMostFor) of [12]ms leaves no validity after the drift allowance.*at least 3ms/;
+    expect(() => createLocks(b, { ttl: 2 })).toThrow(tiny);
+    expect(() => locks.elect('t', { value: 'a', ttl: 2 })).toThrow(tiny);
+    for (const call of [
+      () => locks.acquire('t', { ttl: 2, renew: false }),
+      () => locks.acquire('t', { ttl: '1ms' }),
+      () => locks.tryAcquire('t', { ttl: 1 }),
+      () => locks.withLock('t', () => 'ran', { ttl: 2, renew: false }),
+      () => locks.runExclusive('t', () => 'ran', { lockAtMostFor: 2 }),
+    ]) {
+      const e = await call().catch((x: unknown) => x);
+      expect(e).toBeInstanceOf(InvalidArgumentError);
+      expect((e as Error).message).toMatch(tiny);
+    }
+    expect(b.calls).toBe(0); // no backend call
+  });
+
+  test('runExclusive keeps a lockAtLeastFor window of 1–2 ms left (rounded up to 3 ms), rather than releasing', async () => {
+    const inner = memory();
+    const log: string[] = [];
+    const b: Backend = Object.assign(Object.create(inner) as Backend, {
+      extend: (items: readonly ExtendItem[]) => (log.push(`extend ${items[0]!.ttlMs}`), inner.extend(items)),
+      release: (k: string, t: string) => (log.push('release'), inner.release(k, t)),
+    });
+    const locks = make(b);
+    let clock: MockInstance<() => number> | undefined;
+    try {
+      const r = await locks.runExclusive(
+        'window',
+        (lease) => {
+          // the clock stops 48.5 ms after the grant: fn returns with 1.5 ms of the 50 ms window left
+          const from = (lease as unknown as { grantedAt: number }).grantedAt;
+          clock = vi.spyOn(performance, 'now').mockReturnValue(from + 48.5);
+          return 'ran';
+        },
+        { lockAtLeastFor: 50, lockAtMostFor: '10s' },
+      );
+      expect(r).toEqual({ ran: true, value: 'ran' });
+    } finally {
+      clock?.mockRestore();
+    }
+    expect(log).toEqual(['extend 3']); // the window is kept by the stored expiry, not released
   });
 
   test('an extension confirmed after its own validity ran out rejects with LeaseLostError saying so', async () => {
@@ -392,10 +439,21 @@ describe('local waiters', () => {
 
 describe('election: a term lost before it could lead', () => {
   test('campaign never returns a term that is already lost, and emits neither elected nor demoted for it', async () => {
-    // ttl 2 ms: the lease's validity (ttl minus the drift allowance) has passed when it is granted.
-    // Before, campaign returned that dead term and 'demoted' never came (a listener added to an
-    // already-aborted signal never runs): a leader that never learns it is not one
-    const locks = createLocks(memory(), { ttl: 2 });
+    // ttl 20 ms, and every grant answers 25 ms after it was called, by blocking the process (so
+    // the attempt's own bound cannot fire first): the lease's validity (ttl minus the drift
+    // allowance) has passed when it is granted. Before, campaign returned that dead term and
+    // 'demoted' never came (a listener added to an already-aborted signal never runs): a leader
+    // that never learns it is not one
+    const inner = memory();
+    const late: Backend = Object.assign(Object.create(inner) as Backend, {
+      acquire: async (k: string, r: AcquireRequest) => {
+        const t0 = performance.now();
+        const g = await inner.acquire(k, r);
+        while (performance.now() < t0 + 25);
+        return g;
+      },
+    });
+    const locks = createLocks(late, { ttl: 20 });
     try {
       const e = locks.elect('lapsing', { value: 'a' });
       const events: string[] = [];
