@@ -56,6 +56,28 @@ describe.each(['ioredis', 'node-redis'] as ClientKind[])('Redis Cluster renewal 
       await locks.close();
     }
   });
+
+  test("a client's keyPrefix: leases on 3 masters are extended (the fast path's ARGV keys carry it)", async () => {
+    const prefix = `lh-clkp-${randomUUID().slice(0, 8)}`;
+    const kp = 'kp:';
+    const admin = await clients.make('ioredis');
+    const keys = await spreadKeys(admin, prefix, 3);
+    const backend = redis(await clients.make(kind, { keyPrefix: kp }));
+    const items = [];
+    for (const k of keys) {
+      const token = randomUUID();
+      expect(await backend.acquire(`${prefix}:${k}`, { token, ttlMs: 1000 })).not.toBeNull();
+      items.push({ key: `${prefix}:${k}`, token, ttlMs: 20_000 });
+    }
+    // the locks are stored under the client's prefix, and the extension reaches them there
+    for (const it of items) expect(await admin.pttl(`${kp}{${it.key}}`)).toBeLessThanOrEqual(1000);
+    expect(await backend.extend(items)).toEqual([true, true, true]);
+    for (const it of items) expect(await admin.pttl(`${kp}{${it.key}}`)).toBeGreaterThan(10_000);
+    // a wrong token is still refused
+    expect(await backend.extend([{ ...items[0]!, token: 'nope' }])).toEqual([false]);
+    for (const it of items) expect(await backend.release(it.key, it.token)).toBe(true);
+    await backend.close();
+  });
 });
 
 describe('Redis Cluster slots and round trips', () => {

@@ -24,11 +24,12 @@ const unreachable = (e: Error) =>
 export class ClusterClients {
   private readonly open: Array<() => Promise<unknown>> = [];
 
-  async make(kind: ClientKind): Promise<any> {
+  /** `keyPrefix`: the client puts it on every key it sends (both clients have the option). */
+  async make(kind: ClientKind, opts: { keyPrefix?: string } = {}): Promise<any> {
     if (kind === 'ioredis') {
       const c = new Cluster(CLUSTER_NODES, {
         lazyConnect: true,
-        redisOptions: { maxRetriesPerRequest: 1, connectTimeout: 2000 },
+        redisOptions: { maxRetriesPerRequest: 1, connectTimeout: 2000, ...opts },
         clusterRetryStrategy: (times) => (times > 20 ? null : 200),
       });
       c.on('error', () => {});
@@ -41,7 +42,8 @@ export class ClusterClients {
     const c = createCluster({
       rootNodes: CLUSTER_NODES.map((n) => ({ url: `redis://${n.host}:${n.port}` })),
       defaults: { socket: { connectTimeout: 2000 } },
-    });
+      ...opts,
+    } as never) as any;
     c.on('error', () => {});
     await c.connect().catch((e: Error) => {
       throw unreachable(e);

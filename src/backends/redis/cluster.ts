@@ -4,8 +4,9 @@
  * Fast path (Redis ≥ 7): the leases are grouped by the master that serves their slot, and each
  * master gets one pipeline of EXTEND_NODE calls (256 leases each) on its own connection. The
  * script carries the `allow-cross-slot-keys` flag and takes its keys as ARGV, because EVAL's
- * declared keys must share one slot; the server still refuses any key this node does not serve
- * (a slot that moved or is migrating): that chunk then takes the slow path.
+ * declared keys must share one slot (no client prefixes ARGV: the client's keyPrefix is put on
+ * them here); the server still refuses any key this node does not serve (a slot that moved or
+ * is migrating): that chunk then takes the slow path.
  *
  * Slow path (Redis 6, or after a refusal): one EXTEND_MANY call per slot, every key it touches
  * declared (a migrating slot then answers TRYAGAIN before the script runs); the adapter sends one
@@ -193,11 +194,12 @@ export async function clusterExtend(
       [...byNode.values()].map(async ({ node, idx }) => {
         const parts: number[][] = [];
         for (let i = 0; i < idx.length; i += chunk) parts.push(idx.slice(i, i + chunk));
+        // the keys travel as ARGV, which no client prefixes: the client's keyPrefix goes on here
         const calls = parts.map((part) => ({
           script: EXTEND_NODE,
           keys: [],
           args: part.flatMap((j) => [
-            `{${items[j]!.key}}`,
+            `${adapter.keyPrefix}{${items[j]!.key}}`,
             items[j]!.token,
             items[j]!.ttlMs,
             fenceTtl(items[j]!.ttlMs),
