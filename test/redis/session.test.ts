@@ -11,7 +11,9 @@ import { randomBytes, randomUUID } from 'node:crypto';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import { afterAll, afterEach, describe, expect, test } from 'vitest';
-import { redis } from '../../src/backends/redis/index.js';
+import { adapt, redis, RedisBackend } from '../../src/backends/redis/index.js';
+import { REFRESH_MANY } from '../../src/backends/redis/scripts.js';
+import { BackendError } from '../../src/errors.js';
 import { Cluster } from 'ioredis';
 import { createLocks, InvalidArgumentError, LeaseLostError, type Lease, type Locks } from '../../src/index.js';
 import { Clients, REDIS_URL } from '../support/redis.js';
@@ -62,6 +64,52 @@ function child(...args: string[]) {
 }
 
 const lockKey = (key: string) => `{${prefix}:${key}}`;
+
+/**
+ * A session-mode backend whose locks' long PX is `lockPxMinMs` (not 10 min): their refresh is due
+ * after a third of it. `client` may carry a keyPrefix.
+ */
+const shortPx = (client: unknown, lockPxMinMs: number) =>
+  new RedisBackend(adapt(client), {
+    lingerMs: 2000,
+    placeMs: 3000,
+    fenceIdleMs: 86_400_000,
+    claimMs: 500,
+    session: true,
+    lockPxMinMs,
+  });
+
+/**
+ * Records, per round trip of `backend`, whether it carried a lock refresh; while `fail()` says
+ * so, such a round trip fails: 'trip' as a dropped connection would (nothing reaches the server),
+ * 'reply' with an error reply to the refresh alone (the session renewals beside it run).
+ */
+function spyRefreshes(backend: RedisBackend, fail: () => 'trip' | 'reply' | null = () => null) {
+  const adapter = backend.adapter as { run: RedisBackend['adapter']['run'] };
+  const run = adapter.run.bind(adapter);
+  const sent: boolean[] = [];
+  adapter.run = async (calls) => {
+    const refresh = calls.some((c) => c.script === REFRESH_MANY);
+    sent.push(refresh);
+    const how = refresh ? fail() : null;
+    if (how === 'trip') throw new BackendError('redis: read ECONNRESET (injected)');
+    if (how !== 'reply') return run(calls);
+    const res = await run(calls.filter((c) => c.script !== REFRESH_MANY));
+    return calls.map((c) => (c.script === REFRESH_MANY ? new BackendError('redis: ERR (injected)') : res.shift()));
+  };
+  return sent;
+}
+
+/** Renews `session` every 100 ms (as the engine would, a few times per TTL) until a round trip carried a refresh. */
+async function renewUntilRefresh(b: RedisBackend, session: string, sent: boolean[]) {
+  for (;;) {
+    await new Promise((r) => setTimeout(r, 100));
+    const n = sent.length;
+    const res = await b.renewSessions!([session]);
+    if (sent.length > n && sent.at(-1)) return res;
+    expect(res).toEqual([{ ok: true, lost: [] }]);
+  }
+}
 
 describe('redis session mode', () => {
   test('the option is checked before any I/O; a Redis Cluster client is refused (it keeps per-master renewal)', async () => {
@@ -199,6 +247,22 @@ describe('redis session mode', () => {
     expect(g2!.fence > g!.fence).toBe(true);
     expect(g2!.session).not.toBe(g!.session);
     expect(await b.release(key, token2)).toBe(true);
+    await b.close();
+  });
+
+  test("a client's keyPrefix: the lock's long PX is refreshed (its value names the prefixed session key)", async () => {
+    const kp = 'kp:';
+    const admin = await clients.make('ioredis');
+    const b = shortPx(await clients.make('ioredis', REDIS_URL, { keyPrefix: kp }), 3000);
+    const sent = spyRefreshes(b);
+    const key = `${prefix}:kp`;
+    const token = randomBytes(16).toString('base64url');
+    const g = await b.acquire(key, { token, ttlMs: 1000, renew: true });
+    expect(await admin.get(`${kp}${lockKey('kp')}`)).toBe(`${token}|${kp}${g!.session}`);
+    // the refresh is due a third of the PX (1 s) after the grant; it finds the lock as it was
+    expect(await renewUntilRefresh(b, g!.session!, sent)).toEqual([{ ok: true, lost: [] }]);
+    expect(await admin.pttl(`${kp}${lockKey('kp')}`)).toBeGreaterThan(2500);
+    expect(await b.release(key, token)).toBe(true);
     await b.close();
   });
 

@@ -86,6 +86,8 @@ export interface RedisConfig {
   readonly session?: boolean;
   /** How long a lock handed to a waiter by a release waits for that waiter to confirm it. */
   readonly claimMs: number;
+  /** Session mode: the least PX of a lock that hangs off a session (LOCK_PX_MIN; tests shorten it). */
+  readonly lockPxMinMs?: number;
 }
 
 /** A hand-over's claim lease: a few round trips on a loaded machine; a dead head costs this once. */
@@ -118,7 +120,6 @@ const CHUNK = 256;
  * session lapsed); the holder refreshes it after a third of it, a few leases per tick.
  */
 const LOCK_PX_MIN = 600_000;
-const lockPx = (ttlMs: number) => Math.max(LOCK_PX_MIN, 3 * ttlMs);
 
 /** One session key of a backend (one per TTL): its leases' locks are held while it lives. */
 interface Session {
@@ -215,6 +216,11 @@ export class RedisBackend implements Backend {
     if (cfg.session) this.renewSessions = (ids) => this.renew(ids);
   }
 
+  /** Session mode: the PX of a lock that hangs off a session of `ttlMs` (LOCK_PX_MIN, or 3 × ttl). */
+  private lockPx(ttlMs: number): number {
+    return Math.max(this.cfg.lockPxMinMs ?? LOCK_PX_MIN, 3 * ttlMs);
+  }
+
   /** The live session for leases of `ttlMs` (a new one once the last lapsed by our clock). */
   private session(ttlMs: number): Session {
     let s = this.current.get(ttlMs);
@@ -279,7 +285,7 @@ export class RedisBackend implements Backend {
                 placeMs,
                 claimMs,
                 changed,
-                lockPx(req.ttlMs),
+                this.lockPx(req.ttlMs),
                 s.confirmed ? '0' : '1',
               ],
             }
@@ -311,7 +317,7 @@ export class RedisBackend implements Backend {
       if (queue) this.wakeups.forget(lock);
       if (!s) return { fence: BigInt(r) };
       this.bound.delete(token);
-      this.bound.set(token, { key, token, session: s, refreshAt: sentAt + lockPx(s.ttlMs) / 3 });
+      this.bound.set(token, { key, token, session: s, refreshAt: sentAt + this.lockPx(s.ttlMs) / 3 });
       return { fence: BigInt(r), session: s.key };
     }
     if (queue) {
@@ -379,18 +385,20 @@ export class RedisBackend implements Backend {
     for (const b of due) {
       this.bound.delete(b.token);
       if (b.session.dead) continue;
-      b.refreshAt = t + lockPx(b.session.ttlMs) / 3;
+      b.refreshAt = t + this.lockPx(b.session.ttlMs) / 3;
       this.bound.set(b.token, b);
     }
     const refresh = due.filter((b) => !b.session.dead);
+    // the lock's value names the session key as ACQUIRE stored it: with the client's keyPrefix
+    const kp = this.adapter.keyPrefix;
     for (let i = 0; i < refresh.length; i += CHUNK) {
       const keys: string[] = [];
       const args: (string | number)[] = [];
       for (const b of refresh.slice(i, i + CHUNK)) {
         const k = `{${b.key}}`;
-        const px = lockPx(b.session.ttlMs);
+        const px = this.lockPx(b.session.ttlMs);
         keys.push(k, `${k}:v`, `${k}:fence`);
-        args.push(`${b.token}|${b.session.key}`, px, this.fenceTtl(px));
+        args.push(`${b.token}|${kp}${b.session.key}`, px, this.fenceTtl(px));
       }
       calls.push({ script: REFRESH_MANY, keys, args });
     }
