@@ -266,6 +266,53 @@ describe('redis session mode', () => {
     await b.close();
   });
 
+  test('a refresh whose round trip failed is sent again at the next renewal, not a third of the PX later', async () => {
+    const admin = await clients.make('ioredis');
+    const b = shortPx(await clients.make('ioredis'), 3000);
+    let failing = true;
+    const sent = spyRefreshes(b, () => (failing ? 'trip' : null));
+    const key = `${prefix}:retry`;
+    const token = randomBytes(16).toString('base64url');
+    const g = await b.acquire(key, { token, ttlMs: 1000, renew: true });
+    await expect(renewUntilRefresh(b, g!.session!, sent)).rejects.toThrow(/injected/);
+    failing = false;
+    await admin.pexpire(lockKey('retry'), 1000); // shows whether the next renewal refreshed it
+    expect(await b.renewSessions!([g!.session!])).toEqual([{ ok: true, lost: [] }]);
+    expect(sent.slice(-2)).toEqual([true, true]); // the failed refresh went again with the next renewal
+    expect(await admin.pttl(lockKey('retry'))).toBeGreaterThan(2500);
+    // once confirmed, it is due only a third of the PX later
+    expect(await b.renewSessions!([g!.session!])).toEqual([{ ok: true, lost: [] }]);
+    expect(sent.at(-1)).toBe(false);
+    expect(await b.release(key, token)).toBe(true);
+    await b.close();
+  });
+
+  test("a lease whose lock's PX was not refreshed in time is lost, although its session lives", async () => {
+    const b = shortPx(await clients.make('ioredis'), 1500);
+    const sent = spyRefreshes(b, () => 'reply');
+    const key = `${prefix}:nopx`;
+    const token = randomBytes(16).toString('base64url');
+    const t0 = performance.now();
+    const g = await b.acquire(key, { token, ttlMs: 500, renew: true });
+    // the engine never counts it valid past the PX (minus drift) from its grant's send
+    const bound = b.validUntil!(key, token)!;
+    expect(bound).toBeGreaterThan(t0 + 1400);
+    expect(bound).toBeLessThanOrEqual(performance.now() + 1500);
+    // every refresh fails (the session renewals beside it go through); none confirms anything
+    await expect(renewUntilRefresh(b, g!.session!, sent)).rejects.toThrow(/injected/);
+    while (performance.now() < bound) {
+      expect(b.validUntil!(key, token)).toBe(bound);
+      await b.renewSessions!([g!.session!]).catch(() => {});
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    // past the bound, the next renewal (of the session alone) reports the lease lost
+    const n = sent.length;
+    expect(await b.renewSessions!([g!.session!])).toEqual([{ ok: true, lost: [token] }]);
+    expect(sent.slice(n)).toEqual([false]);
+    expect(b.validUntil!(key, token)).toBeUndefined();
+    await b.close();
+  });
+
   test('a lease extended by itself leaves its session: its own PX, renewed by itself, kept when the session ends', async () => {
     const a = await locksOn({ ttl: 900 });
     const lease = await a.acquire('alone');

@@ -142,7 +142,13 @@ interface Binding {
   readonly key: string;
   readonly token: string;
   readonly session: Session;
+  /** Monotonic time the refresh is due: a third of the PX after the last confirmed one was sent. */
   refreshAt: number;
+  /**
+   * Monotonic time until which the lock's long PX lives for sure: the last confirmed refresh's
+   * (or the grant's) send time + the PX - drift. Past it the lease is lost, whatever its session.
+   */
+  validTo: number;
 }
 
 /**
@@ -197,6 +203,8 @@ export class RedisBackend implements Backend {
   };
   /** Session mode: renews every session key named by grants, in one round trip. */
   readonly renewSessions?: (sessions: readonly string[]) => Promise<SessionRenewal[]>;
+  /** Session mode: a lease that hangs off a session is valid only while its lock's long PX surely lives. */
+  readonly validUntil?: (key: string, token: string) => number | undefined;
   private readonly wakeups: Wakeups;
   private readonly watchers: Watchers;
   private closed = false;
@@ -213,7 +221,13 @@ export class RedisBackend implements Backend {
     this.wakeups = new Wakeups(adapter, Math.floor(cfg.placeMs / 3));
     this.watchers = new Watchers(adapter, cfg.lingerMs);
     Object.assign(this, redisAdmin(adapter, redisKeys, cfg)); // list, forceRelease
-    if (cfg.session) this.renewSessions = (ids) => this.renew(ids);
+    if (cfg.session) {
+      this.renewSessions = (ids) => this.renew(ids);
+      this.validUntil = (key, token) => {
+        const b = this.bound.get(token);
+        return b?.key === key ? b.validTo : undefined;
+      };
+    }
   }
 
   /** Session mode: the PX of a lock that hangs off a session of `ttlMs` (LOCK_PX_MIN, or 3 × ttl). */
@@ -317,7 +331,8 @@ export class RedisBackend implements Backend {
       if (queue) this.wakeups.forget(lock);
       if (!s) return { fence: BigInt(r) };
       this.bound.delete(token);
-      this.bound.set(token, { key, token, session: s, refreshAt: sentAt + this.lockPx(s.ttlMs) / 3 });
+      const px = this.lockPx(s.ttlMs);
+      this.bound.set(token, { key, token, session: s, refreshAt: sentAt + px / 3, validTo: sentAt + px - driftMs(px) });
       return { fence: BigInt(r), session: s.key };
     }
     if (queue) {
@@ -366,7 +381,10 @@ export class RedisBackend implements Backend {
 
   /**
    * Session mode: renews `ids` (one RENEW_SESSION each) and refreshes the long PX of the locks
-   * whose refresh is due (a few per tick), all in one pipeline: one round trip per tick.
+   * whose refresh is due (a few per tick), all in one pipeline: one round trip per tick. A
+   * refresh counts only once its reply came back: after a failed round trip it is still due, and
+   * the next tick sends it again. A lock whose PX may have run out (no refresh confirmed for its
+   * PX minus drift) is lost, reported with its session's next renewal.
    */
   private async renew(ids: readonly string[]): Promise<SessionRenewal[]> {
     const calls: ScriptCall[] = [];
@@ -382,13 +400,15 @@ export class RedisBackend implements Backend {
       if (b.refreshAt > t) break; // grant (or refresh) order: the rest are due later
       due.push(b);
     }
+    const refresh: Binding[] = [];
     for (const b of due) {
-      this.bound.delete(b.token);
-      if (b.session.dead) continue;
-      b.refreshAt = t + this.lockPx(b.session.ttlMs) / 3;
-      this.bound.set(b.token, b);
+      if (b.session.dead) this.bound.delete(b.token);
+      else if (t >= b.validTo) {
+        // no refresh confirmed in time: the lock's PX may have run out while its session lived
+        this.bound.delete(b.token);
+        b.session.lost.push(b.token);
+      } else refresh.push(b);
     }
-    const refresh = due.filter((b) => !b.session.dead);
     // the lock's value names the session key as ACQUIRE stored it: with the client's keyPrefix
     const kp = this.adapter.keyPrefix;
     for (let i = 0; i < refresh.length; i += CHUNK) {
@@ -408,9 +428,18 @@ export class RedisBackend implements Backend {
     const renewed = live.map((s) => (s ? (res[c++] as unknown[]) : null));
     const flags = this.flags(res.slice(c));
     refresh.forEach((b, i) => {
-      if (flags[i]) return;
+      // released or extended by itself meanwhile: no longer bound
+      if (this.bound.get(b.token) !== b) return;
       this.bound.delete(b.token);
-      b.session.lost.push(b.token);
+      if (!flags[i]) {
+        b.session.lost.push(b.token);
+        return;
+      }
+      // confirmed: due again a third of the PX after this call was sent (the end of the order)
+      const px = this.lockPx(b.session.ttlMs);
+      b.refreshAt = t + px / 3;
+      b.validTo = Math.max(b.validTo, t + px - driftMs(px));
+      this.bound.set(b.token, b);
     });
     return live.map((s, i) => {
       const r = renewed[i];
