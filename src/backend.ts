@@ -102,10 +102,13 @@ export interface Backend {
   /** One atomic attempt. Resolves null if the lock is held (or not this caller's turn). */
   acquire(key: string, request: AcquireRequest): Promise<Grant | null>;
   /**
-   * Token-checked extension of many leases in one round trip. Resolves one boolean per item:
-   * false means the lease is no longer this token's (expired, deleted, overwritten).
+   * Token-checked extension of many leases in one round trip. Resolves one entry per item: true
+   * (extended); false: the lease is no longer this token's (expired, deleted, overwritten); an
+   * Error: that item's renewal failed, its outcome unknown as for a rejection, while others of the
+   * call went through (a Redis Cluster slot stuck mid-migration fails its own leases only). A call
+   * in which no item went through rejects instead (so a single item never resolves an Error).
    */
-  extend(items: readonly ExtendItem[]): Promise<boolean[]>;
+  extend(items: readonly ExtendItem[]): Promise<(boolean | Error)[]>;
   /**
    * Renews sessions named by grants (`Grant.session`), all in one round trip: each to its own
    * TTL. A session that is not renewed lapses, and its leases are free. A lease that is later

@@ -259,9 +259,24 @@ export class Keeper {
       })
       .then(
         (results) => {
+          const t = now();
           due.forEach((l, i) => {
             done(l);
-            const ok = results[i] === true;
+            const r = results[i];
+            if (r instanceof Error) {
+              // this lease's renewal failed (others of the call went through): retried as below
+              emit(channels.extend, {
+                backend: name,
+                key: l.key,
+                fence: l.fence,
+                ok: false,
+                batch: due.length,
+                error: r,
+              });
+              l.nextRenewAt = Math.min(l.expiresAt, t + Math.max(20, l.renewInterval / 4));
+              return;
+            }
+            const ok = r === true;
             if (channels.extend.hasSubscribers) {
               emit(channels.extend, { backend: name, key: l.key, fence: l.fence, ok, batch: due.length });
             }

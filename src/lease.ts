@@ -244,12 +244,14 @@ export class LeaseImpl implements Lease {
     try {
       // bounded by opTimeout, and never past the lease's own validity: then it is lost
       const ms = Math.min(calls.opTimeoutMs, Math.max(1, Math.ceil(this.expiresAt - sentAt) + 1));
-      [ok] = await calls.run('extend', () => backend.extend([{ key: this.fullKey, token: this.#token, ttlMs }]), {
+      const [r] = await calls.run('extend', () => backend.extend([{ key: this.fullKey, token: this.#token, ttlMs }]), {
         key: this.key,
         ms,
         closable: true,
         secrets: [this.#token],
       });
+      if (r instanceof Error) throw r; // a single item rejects (Backend.extend); never counted as extended
+      ok = r;
     } catch (e) {
       this.#emitExtend(false, e);
       this.#checkExpiry();

@@ -156,10 +156,22 @@ export function renewalCalls(
   return { calls, order };
 }
 
-/** Writes the replies of `renewalCalls`' calls into `out`, item by item; a failed call throws. */
-export function spreadFlags(res: readonly unknown[], order: readonly number[][], out: boolean[]): void {
+/**
+ * Writes the replies of `renewalCalls`' calls into `out`, item by item; a failed call throws, or
+ * with `perItem` leaves its Error in each of its items' places.
+ */
+export function spreadFlags(
+  res: readonly unknown[],
+  order: readonly number[][],
+  out: (boolean | Error)[],
+  perItem = false,
+): void {
   res.forEach((r, c) => {
-    if (r instanceof Error) throw r;
+    if (r instanceof Error) {
+      if (!perItem) throw r;
+      for (const j of order[c]!) out[j] = r;
+      return;
+    }
     const flags = r as unknown[];
     order[c]!.forEach((j, n) => (out[j] = Number(flags[n]) === 1));
   });
@@ -168,15 +180,19 @@ export function spreadFlags(res: readonly unknown[], order: readonly number[][],
 /** Adapters whose server refused the flagged script (Redis < 7): slow path from then on. */
 const noFastPath = new WeakSet<RedisAdapter>();
 
-/** Token-checked PEXPIRE of `items` on a cluster; one flag per item, in order. */
+/**
+ * Token-checked PEXPIRE of `items` on a cluster; one flag per item, in order. A slot that still
+ * refuses after TRYAGAIN_MS (stuck mid-migration) fails its own items only: each gets the Error
+ * (Backend.extend), and the call rejects only when no item went through.
+ */
 export async function clusterExtend(
   adapter: RedisAdapter,
   items: readonly ExtendItem[],
   extendMany: Script,
   chunk: number,
   fenceTtl: (ttlMs: number) => number,
-): Promise<boolean[]> {
-  const out: boolean[] = new Array(items.length);
+): Promise<(boolean | Error)[]> {
+  const out: (boolean | Error)[] = new Array(items.length);
   let slow: number[] = [];
   if (adapter.nodeFor && !noFastPath.has(adapter)) {
     const byNode = new Map<string, { node: RedisAdapter; idx: number[] }>();
@@ -231,6 +247,8 @@ export async function clusterExtend(
     calls.push(...r.calls);
     order.push(...r.order);
   }
-  spreadFlags(await adapter.run(calls), order, out);
+  spreadFlags(await adapter.run(calls), order, out, true);
+  const failed = out.find((r): r is Error => r instanceof Error);
+  if (failed && out.every((r) => r instanceof Error)) throw failed;
   return out;
 }

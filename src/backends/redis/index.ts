@@ -364,7 +364,7 @@ export class RedisBackend implements Backend {
     return `${this.wakeups.channel}|${token}`;
   }
 
-  async extend(items: readonly ExtendItem[]): Promise<boolean[]> {
+  async extend(items: readonly ExtendItem[]): Promise<(boolean | Error)[]> {
     this.assertOpen();
     if (items.length === 0) return [];
     // Redis Cluster: one round trip per master (or per slot on Redis 6); see cluster.ts
