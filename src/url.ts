@@ -214,8 +214,21 @@ export async function fromUrl(url: string | readonly string[]): Promise<Backend>
       const bad = (why: string) => new InvalidArgumentError(`fromUrl: ${why} in "${redactUrl(url as string)}"`);
       const session = sessionParam(u.searchParams, bad, false);
       if (u.searchParams.has('session')) u.searchParams.delete('session');
+      // the path is the database number, or nothing (the client would SELECT NaN, or any text)
+      const db = /^\/?$/.test(u.pathname) ? 0 : Number(/^\/(\d{1,9})$/.exec(u.pathname)?.[1] ?? NaN);
+      if (Number.isNaN(db)) throw bad('the path must be a database number (/0, /1, ...)');
       const { redis } = await import('./backends/redis/index.js');
       const c = await redisClient(session === undefined ? (url as string) : u.href);
+      if (db > 0) {
+        // a SELECT the client sent at connect and the server refused (no such database) would be
+        // an error event only, and every command would go to database 0: it is sent again here
+        try {
+          await c.client.select(db);
+        } catch (e) {
+          await c.close();
+          throw connectError(redactUrl(url as string), url as string, e);
+        }
+      }
       return owning(redis(c.client, session === undefined ? {} : { session }), c.close);
     }
     case 'postgres:':

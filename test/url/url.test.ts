@@ -74,6 +74,37 @@ describe('fromUrl', () => {
     expect(err.message).toMatch(/single server or Sentinel/);
   });
 
+  test('a redis:// path other than a database number is refused before any I/O; a database the server lacks rejects', async () => {
+    // port 1: nothing listens there, so a BackendError would mean the URL reached a connect
+    for (const url of [
+      'redis://127.0.0.1:1/abc',
+      'redis://:pw@127.0.0.1:1/1x',
+      'redis://127.0.0.1:1/-1',
+      'redis://127.0.0.1:1/1/2',
+    ]) {
+      const err = await fromUrl(url).catch((e: unknown) => e);
+      expect(err, url).toBeInstanceOf(InvalidArgumentError);
+      expect((err as Error).message).toMatch(/database number/);
+    }
+    // a server with 16 databases has no 99: before, every lock silently went to database 0
+    admin ??= await clients.make('ioredis');
+    // connections opened since, whose last command was a SELECT (the one it sent): none is left
+    const selects = async (after: number) =>
+      String(await admin.client('LIST'))
+        .split('\n')
+        .filter((l) => / cmd=select /.test(l) && Number(/\bid=(\d+)\b/.exec(l)?.[1]) > after);
+    const last = Number(await admin.client('ID'));
+    const err = await fromUrl('redis://127.0.0.1:6379/99').catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(BackendError);
+    expect((err as Error).message).toMatch(/DB index is out of range/);
+    const lingering = () => selects(last);
+    for (let i = 0; i < 50 && (await lingering()).length > 0; i++) await new Promise((r) => setTimeout(r, 20));
+    expect(await lingering()).toEqual([]);
+    // a database it has works as before
+    const b = await fromUrl('redis://127.0.0.1:6379/11');
+    await b.close();
+  });
+
   test('a redis+sentinel:// URL whose sentinels do not answer is a BackendError within the connect bound', async () => {
     // before, the Sentinel client retried the unreachable sentinel forever and fromUrl never settled
     const t0 = performance.now();
