@@ -71,6 +71,36 @@ describe.each(['ioredis', 'node-redis'] as ClientKind[])('a %s client with a key
   });
 });
 
+describe.each(['ioredis', 'node-redis'] as ClientKind[])('list() on a %s client with a keyPrefix', (kind) => {
+  test('lists the locks held under the prefix, with their keys as given (a glob character in the keyPrefix is literal)', async () => {
+    const kp = `${prefix}-kpl*${kind}:`;
+    const backend = redis(await clients.make(kind, REDIS_URL, { keyPrefix: kp }));
+    const locks = createLocks(backend, { prefix: `${prefix}-l` });
+    // the same lock key without the client's prefix (and under a prefix that only matches the glob) is not listed
+    const plain = createLocks(redis(await clients.make(kind)), { prefix: `${prefix}-l` });
+    const other = createLocks(redis(await clients.make(kind, REDIS_URL, { keyPrefix: `${prefix}-kplX${kind}:` })), {
+      prefix: `${prefix}-l`,
+    });
+    try {
+      const a = await locks.acquire('a', { value: 'va' });
+      await locks.acquire('b');
+      await plain.acquire('c');
+      await other.acquire('d');
+      const listed = [];
+      for await (const i of locks.list()) listed.push(i);
+      listed.sort((x, y) => x.key.localeCompare(y.key));
+      expect(listed.map((i) => [i.key, i.value])).toEqual([
+        ['a', 'va'],
+        ['b', undefined],
+      ]);
+      expect(listed[0]!.fence).toBe(a.fence);
+      expect(listed[0]!.remainingMs).toBeGreaterThan(0);
+    } finally {
+      await Promise.all([locks.close(), plain.close(), other.close()]);
+    }
+  });
+});
+
 describe('ioredis: a lone command leaves at once; commands of a busy tick leave in one write', () => {
   /** Counts the writes that reach the client's socket (each is one syscall). */
   function countWrites(client: any): { writes: number; restore(): void } {

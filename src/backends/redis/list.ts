@@ -8,9 +8,10 @@ import { script, type RedisAdapter } from './client.js';
 import { HEAD, SESSION } from './scripts.js';
 
 /**
- * ARGV cursor pattern count → { next cursor, { key, fence, pttl, value|false }... }. One SCAN
- * step; lock keys are `{<full key>}` (the lock's other keys have a suffix after the brace). A lock
- * whose session lapsed is not held (not listed); its pttl is its session's.
+ * ARGV cursor pattern count keyPrefix → { next cursor, { key, fence, pttl, value|false }... }.
+ * One SCAN step; lock keys are `<keyPrefix>{<full key>}` (the client's keyPrefix: SCAN sees the
+ * keys as stored; the lock's other keys have a suffix after the brace). A lock whose session
+ * lapsed is not held (not listed); its pttl is its session's.
  */
 const LIST = script(
   SESSION +
@@ -19,7 +20,7 @@ local r = redis.call('SCAN', ARGV[1], 'MATCH', ARGV[2], 'COUNT', ARGV[3])
 local out = { r[1] }
 for _, k in ipairs(r[2]) do
   if redis.call('TYPE', k).ok == 'string' and alive(redis.call('GET', k)) then
-    out[#out + 1] = { string.sub(k, 2, -2), redis.call('GET', k .. ':fence') or '0', left(k), redis.call('GET', k .. ':v') or false }
+    out[#out + 1] = { string.sub(k, #ARGV[4] + 2, -2), redis.call('GET', k .. ':fence') or '0', left(k), redis.call('GET', k .. ':v') or false }
   end
 end
 return out
@@ -82,10 +83,13 @@ export function redisAdmin(adapter: RedisAdapter, keysOf: RedisKeysOf, cfg: { cl
   return {
     async *list(prefix: string): AsyncIterable<LockInfo> {
       const seen = new Set<string>();
+      // SCAN's pattern is not a key: no client prefixes it
+      const kp = adapter.keyPrefix;
+      const pattern = `${glob(kp)}{${glob(prefix)}*}`;
       for (const node of await adapter.masters()) {
         let cursor = '0';
         do {
-          const [r] = await node.run([{ script: LIST, keys: [], args: [cursor, `{${glob(prefix)}*}`, 500] }]);
+          const [r] = await node.run([{ script: LIST, keys: [], args: [cursor, pattern, 500, kp] }]);
           if (r instanceof Error) throw r;
           const [next, ...rows] = r as [string, ...[string, string, number, string | false][]];
           cursor = String(next);
