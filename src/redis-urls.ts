@@ -81,7 +81,14 @@ export function parseRedisDeployment(url: string): RedisDeployment {
   const hosts = slash < 0 ? rest : rest.slice(0, slash);
   const path = slash < 0 ? '' : rest.slice(slash + 1);
   if (kind === 'cluster' && path !== '') throw bad('a cluster URL has no path (Redis Cluster has one database)');
-  const name = kind === 'sentinel' ? decodeURIComponent(path) || 'mymaster' : '';
+  let name = '';
+  if (kind === 'sentinel') {
+    try {
+      name = decodeURIComponent(path) || 'mymaster';
+    } catch {
+      throw bad('malformed master name (a bad %-escape)');
+    }
+  }
   if (name.includes('/')) throw bad('the master name cannot contain "/"');
   const nodes = hosts.split(',').map((hp) => {
     const h = /^(\[[0-9a-f:.]+\]|[^:[\]]+):(\d{1,5})$/i.exec(hp.trim());

@@ -64,6 +64,7 @@ describe('fromUrl', () => {
       'redis://127.0.0.1:1?session=yes',
       'redis+sentinel://127.0.0.1:1/m?session=2',
       'redis+sentinel://127.0.0.1:1/m?sesion=1',
+      'redis+sentinel://127.0.0.1:1/%zz', // a bad %-escape in the master name (was a URIError)
       'redis+cluster://127.0.0.1:1?session=1',
       'redis+cluster://127.0.0.1:1?foo=bar',
     ]) {
