@@ -79,7 +79,7 @@ ${BACKEND_HELP}`,
       .argument('[command...]', 'the command, after --')
       .option('--ttl <duration>', 'lease TTL, renewed every ttl/3 while the command runs', '30s')
       .option('--wait <duration>', 'how long to wait for the lock; 0 = one attempt (default: as long as it takes)')
-      .option('--skip-if-busy', 'exit 0 (not 75) when the lock is held')
+      .option('--skip-if-busy', 'exit 0 (not 75) when the lock is held; one attempt unless --wait is given')
       .option('--grace <duration>', 'after SIGTERM (on a lost lease), SIGKILL after this', '10s')
       .option('--value <text>', 'holder value shown by status (default host:pid)'),
   )

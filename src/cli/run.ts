@@ -2,7 +2,7 @@
  * `leasehold run <key> -- <command…>`: acquire, renew while the command runs, release when it
  * ends; the command gets LEASEHOLD_KEY, LEASEHOLD_FENCE and LEASEHOLD_TOKEN. A lost lease stops
  * it (SIGTERM, SIGKILL after the grace period) and exits 79; a held key exits 75 (or 0 with
- * --skip-if-busy).
+ * --skip-if-busy, which without --wait makes one attempt).
  */
 import { LeaseLostError, LockTimeoutError, MAX_DURATION_MS, type Lease, type Locks } from '../index.js';
 import { checkKey } from '../validate.js';
@@ -68,7 +68,10 @@ export async function outcome(child: Supervised, name: string): Promise<Exit> {
 export async function run(key: string, command: string[], flags: RunFlags): Promise<number> {
   checkKey(key);
   const ttlMs = duration(flags.ttl, '--ttl');
-  const waitMs = flags.wait === undefined ? MAX_DURATION_MS : duration(flags.wait, '--wait', true);
+  // --skip-if-busy alone is one attempt: a cron run that waited for the previous one would queue
+  // behind it and run anyway, the very overlap skipping exists to prevent
+  const waitMs =
+    flags.wait === undefined ? (flags.skipIfBusy ? 0 : MAX_DURATION_MS) : duration(flags.wait, '--wait', true);
   const graceMs = duration(flags.grace, '--grace', true);
   sayWarnings();
   const { locks, backend } = await openLocks(flags, ttlMs);

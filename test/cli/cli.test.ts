@@ -88,6 +88,25 @@ describe('exit codes and the embedded default', () => {
   });
 });
 
+describe('--skip-if-busy', () => {
+  test('without --wait it makes one attempt: a held key is skipped at once, never waited for and run', async () => {
+    // before, it waited (as long as it takes) for the holder to finish, then ran: overlapping
+    // cron runs queued up behind each other instead of skipping
+    const held = dbs.path('held');
+    const ran = dbs.path('ran');
+    const env = { LEASEHOLD_URL: `sqlite:${dbs.path()}`, HELD: held, RAN: ran };
+    const holder = start(['run', 'cron', '--', 'sh', '-c', ': > "$HELD"; exec sleep 8'], env);
+    await until(() => existsSync(held), 15_000, 'the holder to start');
+    const r = await cli(['run', 'cron', '--skip-if-busy', '--', 'sh', '-c', ': > "$RAN"'], env);
+    expect(holder.proc.exitCode).toBeNull(); // it did not wait for the holder to end
+    expect(r.code, r.stderr).toBe(0);
+    expect(r.stderr).toMatch(/^leasehold: "cron" is held .*; skipped\n$/);
+    expect(existsSync(ran)).toBe(false);
+    holder.proc.kill('SIGTERM');
+    await holder.done;
+  }, 30_000);
+});
+
 describe('a lost lease', () => {
   test('a command that ignores SIGTERM gets SIGKILL after --grace; leasehold exits 79', async () => {
     const mark = dbs.path('started');
