@@ -5,6 +5,7 @@
  */
 import type { Backend } from './backend.js';
 import { BackendError, InvalidArgumentError, LeaseholdError } from './errors.js';
+import { warn } from './events.js';
 import { redactText, redactUrl, scrubError, secretsOfUrl } from './scrub.js';
 import { race } from './wait.js';
 
@@ -107,7 +108,19 @@ function owning<B extends Backend>(backend: B, closeClient: () => Promise<unknow
   return backend;
 }
 
-async function redisClient(url: string): Promise<{ client: any; close: () => Promise<unknown> }> {
+interface RedisClient {
+  client: any;
+  close: () => Promise<unknown>;
+  /** Why it did not connect, when kept anyway (`keepIfDown`): an ioredis client reconnects on its own. */
+  down?: BackendError;
+}
+
+/**
+ * A client of `url`, connected; with `keepIfDown` (a Redlock node: a minority may be down) an
+ * ioredis client that could not connect is returned with `down` set rather than closed, and
+ * rejoins when its node answers. node-redis is not kept: its commands fail at once until connected.
+ */
+async function redisClient(url: string, keepIfDown = false): Promise<RedisClient> {
   const safe = redactUrl(url);
   const { name, mod } = await load(['ioredis', 'redis'], safe);
   if (name === 'ioredis') {
@@ -118,22 +131,26 @@ async function redisClient(url: string): Promise<{ client: any; close: () => Pro
     let socketError: unknown;
     const onError = (e: unknown) => (socketError ??= e);
     client.on('error', onError);
+    const close = () =>
+      closeWithin(
+        () => client.quit(),
+        () => client.disconnect(),
+      );
     try {
       await client.connect();
     } catch (e) {
+      const err = connectError(safe, url, socketError ?? e);
+      if (keepIfDown) {
+        // QUIT would wait in the offline queue of a node that never came back
+        const closeDown = async () => (client.status === 'ready' ? close() : client.disconnect());
+        return { client, close: closeDown, down: err };
+      }
       client.disconnect();
-      throw connectError(safe, url, socketError ?? e);
+      throw err;
     } finally {
       client.off('error', onError);
     }
-    return {
-      client,
-      close: () =>
-        closeWithin(
-          () => client.quit(),
-          () => client.disconnect(),
-        ),
-    };
+    return { client, close };
   }
   const client = mod.createClient({ url, socket: { connectTimeout: 5000 } });
   client.on('error', () => {});
@@ -177,13 +194,24 @@ export async function fromUrl(url: string | readonly string[]): Promise<Backend>
       }
       refuseSameNode(parsed);
       const { redlock } = await import('./backends/redlock/index.js');
-      const opened = await Promise.allSettled(url.map((u) => redisClient(u)));
+      // Redlock survives a minority of its nodes down, and so does opening it: a node that does
+      // not answer is kept (its client reconnects, and the node rejoins when it is back), said
+      // on leasehold:warning; fewer than a majority connected is a failure, every client closed
+      const opened = await Promise.allSettled(url.map((u) => redisClient(u, true)));
       const clients = opened.flatMap((r) => (r.status === 'fulfilled' ? [r.value] : []));
       const closeAll = () => Promise.allSettled(clients.map((c) => c.close()));
       const failed = opened.find((r) => r.status === 'rejected');
-      if (failed) {
+      const down = clients.filter((c) => c.down);
+      const majority = Math.floor(url.length / 2) + 1;
+      if (failed || clients.length - down.length < majority) {
         await closeAll();
-        throw (failed as PromiseRejectedResult).reason;
+        throw failed ? (failed as PromiseRejectedResult).reason : down[0]!.down;
+      }
+      for (const c of down) {
+        warn({
+          code: 'LEASEHOLD_NODE_DOWN',
+          message: `redlock: ${c.down!.message}; going on with ${url.length - down.length} of ${url.length} nodes (it rejoins when it answers)`,
+        });
       }
       try {
         return owning(redlock(clients.map((c) => c.client)), closeAll);

@@ -1,7 +1,18 @@
 /** `leasehold status [prefix]` and `leasehold release <key> --force`. */
 import type { LockInfo } from '../index.js';
 import { checkKey } from '../validate.js';
-import { CliError, EXIT, formatMs, openLocks, palette, say, toCliError, usage, type BackendFlags } from './common.js';
+import {
+  CliError,
+  EXIT,
+  formatMs,
+  openLocks,
+  palette,
+  say,
+  sayWarnings,
+  toCliError,
+  usage,
+  type BackendFlags,
+} from './common.js';
 
 export interface StatusFlags extends BackendFlags {
   json?: boolean;
@@ -17,6 +28,7 @@ const asJson = (info: LockInfo) => ({
 
 export async function status(prefix: string | undefined, flags: StatusFlags): Promise<number> {
   if (prefix !== undefined && prefix !== '') checkKey(prefix, 'prefix');
+  sayWarnings();
   const { locks } = await openLocks(flags);
   const rows: LockInfo[] = [];
   try {
@@ -58,6 +70,7 @@ export async function release(key: string, flags: ReleaseFlags): Promise<number>
   if (!flags.force) {
     throw usage(`release breaks a lock someone else holds; add --force if that is what you mean`);
   }
+  sayWarnings();
   const { locks, backend } = await openLocks(flags);
   try {
     if (!backend.forceRelease) {

@@ -5,6 +5,7 @@
 import { existsSync, writeFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, test } from 'vitest';
+import { freePorts } from '../support/ports.js';
 import { TempDbs } from '../support/sqlite.js';
 import { cli, ensureBuilt, JOB, killAll, readLog, start, until } from './helpers.js';
 
@@ -104,6 +105,26 @@ describe('--skip-if-busy', () => {
     expect(existsSync(ran)).toBe(false);
     holder.proc.kill('SIGTERM');
     await holder.done;
+  }, 30_000);
+});
+
+describe('Redlock from the command line', () => {
+  test('a node down of three: it runs, with one warning naming the node (password hidden); two down: exit 69', async () => {
+    // before, any node down refused to start (exit 69): Redlock, built to survive a minority
+    // down, could not be used from the CLI while one node was
+    const [down1, down2] = (await freePorts(2)) as [number, number];
+    // the nodes up have no password; the ones down are given one, which must not be printed
+    const urls = (...ports: number[]) =>
+      ports.flatMap((p) => ['--url', p > 7005 ? `redis://u:S3cretPw@127.0.0.1:${p}/11` : `redis://127.0.0.1:${p}/11`]);
+    const ok = await cli(['run', 'redlock-minority', ...urls(7001, 7002, down1), '--', 'sh', '-c', 'exit 7']);
+    expect(ok.code, ok.stderr).toBe(7);
+    expect(ok.stderr).toBe(
+      `leasehold: warning: redlock: could not connect to redis://***@127.0.0.1:${down1}/11: connect ECONNREFUSED 127.0.0.1:${down1}; going on with 2 of 3 nodes (it rejoins when it answers)\n`,
+    );
+    const no = await cli(['run', 'redlock-majority', ...urls(7001, down1, down2), '--', 'true']);
+    expect(no.code).toBe(69);
+    expect(no.stderr).toMatch(/^leasehold: could not connect to redis:\/\/\*\*\*@127\.0\.0\.1:\d+\/11: .*ECONNREFUSED/);
+    for (const o of [ok, no]) expect(o.stdout + o.stderr).not.toContain('S3cretPw');
   }, 30_000);
 });
 

@@ -1,4 +1,5 @@
 /** fromUrl against the real servers. */
+import { subscribe, unsubscribe } from 'node:diagnostics_channel';
 import net from 'node:net';
 import { afterAll, describe, expect, test } from 'vitest';
 import {
@@ -129,6 +130,58 @@ describe('fromUrl', () => {
       InvalidArgumentError,
     );
   });
+
+  test('Redlock opens with a minority of nodes down, which rejoin when they answer; a majority down fails with every client closed', async () => {
+    // before, one node down of three failed the whole fromUrl: Redlock, built to survive a
+    // minority down, could not even start
+    const [late, gone1, gone2] = await freePorts(3);
+    const node1 = await clients.make('ioredis', 'redis://127.0.0.1:7001');
+    const onNode1 = async () => {
+      const list: string = await node1.client('LIST');
+      return list.split('\n').filter((l) => / db=11 /.test(l)).length;
+    };
+    const warnings: string[] = [];
+    const onWarning = (m: unknown) => warnings.push((m as { message: string }).message);
+    subscribe('leasehold:warning', onWarning);
+    let proxied = 0;
+    const proxy = net.createServer((socket) => {
+      proxied++;
+      const up = net.connect(7003, '127.0.0.1');
+      socket.pipe(up).pipe(socket);
+      const end = () => (socket.destroy(), up.destroy());
+      for (const s of [socket, up]) s.on('error', end).on('close', end);
+    });
+    try {
+      const backend = await fromUrl([
+        'redis://127.0.0.1:7001/11',
+        'redis://127.0.0.1:7002/11',
+        `redis://u:S3cretPw@127.0.0.1:${late}/11`,
+      ]);
+      expect(backend.name).toBe('redlock');
+      expect(warnings).toEqual([
+        `redlock: could not connect to redis://***@127.0.0.1:${late}/11: connect ECONNREFUSED 127.0.0.1:${late}; going on with 2 of 3 nodes (it rejoins when it answers)`,
+      ]);
+      const locks = createLocks(backend, { prefix: 'lh-url' });
+      expect(await (await locks.acquire('url-redlock-minority')).release()).toBe(true);
+      // the node comes up (a proxy to 7003 on its port): the kept client connects to it
+      await new Promise<void>((resolve) => proxy.listen(late, '127.0.0.1', resolve));
+      await expect.poll(() => proxied, { timeout: 5000 }).toBeGreaterThan(0);
+      await locks.close();
+
+      const before = await onNode1();
+      const e = await fromUrl([
+        'redis://127.0.0.1:7001/11',
+        `redis://127.0.0.1:${gone1}/11`,
+        `redis://127.0.0.1:${gone2}/11`,
+      ]).catch((x: unknown) => x);
+      expect(e).toBeInstanceOf(BackendError);
+      expect((e as Error).message).toMatch(/could not connect to redis:\/\/127\.0\.0\.1:\d+\/11/);
+      await expect.poll(onNode1, { timeout: 2000 }).toBe(before); // the node that answered: closed
+    } finally {
+      unsubscribe('leasehold:warning', onWarning);
+      await new Promise((resolve) => proxy.close(resolve));
+    }
+  }, 20_000);
 
   test('Redlock URLs naming one node twice (normalised host:port) are refused before any connection', async () => {
     // a listener that counts connections and drops each at once: a connect fails fast, never hangs
