@@ -18,7 +18,7 @@ import {
   type BackendFlags,
 } from './common.js';
 import { leaseEnv, outcome, start } from './run.js';
-import { exitCodeOf, onStopSignals, type Supervised } from './supervise.js';
+import { exitCodeOf, onJobControl, onStopSignals, type Supervised } from './supervise.js';
 
 export interface ElectFlags extends BackendFlags {
   ttl: string;
@@ -49,6 +49,12 @@ export async function elect(name: string, command: string[], flags: ElectFlags):
     if (child) child.signal(s);
     else stopping.abort();
   });
+  let current: { held: boolean } | null = null;
+  // as in run: a term that ran out while stopped is found lost before the command continues
+  const unjob = onJobControl(
+    () => child,
+    () => void current?.held,
+  );
   try {
     for (;;) {
       let term;
@@ -58,6 +64,7 @@ export async function elect(name: string, command: string[], flags: ElectFlags):
         if (stopping.signal.aborted && stopSignal) return exitCodeOf({ code: null, signal: stopSignal });
         throw toCliError(e);
       }
+      current = term;
       let demoted = false;
       // as in run: the listener goes on before the command starts, and a term lost meanwhile
       // (its signal already aborted) is caught right after, so no command runs unaware of it
@@ -87,6 +94,7 @@ export async function elect(name: string, command: string[], flags: ElectFlags):
     }
   } finally {
     uninstall();
+    unjob();
     await locks.close().catch(() => {});
   }
 }

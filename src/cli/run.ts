@@ -19,7 +19,7 @@ import {
   sayWarnings,
   type BackendFlags,
 } from './common.js';
-import { exitCodeOf, onStopSignals, Supervised, type Exit } from './supervise.js';
+import { exitCodeOf, onJobControl, onStopSignals, Supervised, type Exit } from './supervise.js';
 
 export interface RunFlags extends BackendFlags {
   ttl: string;
@@ -84,6 +84,12 @@ export async function run(key: string, command: string[], flags: RunFlags): Prom
         new CliError(`interrupted by ${s} while waiting for "${key}"`, exitCodeOf({ code: null, signal: s })),
       );
   });
+  let current: Lease | null = null;
+  // reading `held` past the lease's validity marks it lost: the command gets SIGTERM before SIGCONT
+  const unjob = onJobControl(
+    () => child,
+    () => void current?.held,
+  );
   try {
     const value = flags.value ?? (backend.capabilities.value ? defaultHolder() : undefined);
     const opts = { ...(value === undefined ? {} : { value }), signal: stopping.signal };
@@ -103,7 +109,7 @@ export async function run(key: string, command: string[], flags: RunFlags): Prom
       }
       throw new CliError(why, EXIT.BUSY);
     }
-    const held = lease;
+    const held = (current = lease);
     let lost: LeaseLostError | null = null;
     // the listener goes on before the command starts, and a lease lost meanwhile (its signal
     // already aborted: a listener added now would never run) is caught right after: otherwise
@@ -129,6 +135,7 @@ export async function run(key: string, command: string[], flags: RunFlags): Prom
     return exitCodeOf(exit);
   } finally {
     uninstall();
+    unjob();
     await locks.close().catch(() => {});
   }
 }

@@ -3,7 +3,8 @@
  * everything it started), told of SIGINT / SIGTERM / SIGHUP that reach leasehold, stopped with
  * SIGTERM then SIGKILL after a grace period. A watchdog (`sh`, reading a pipe from leasehold)
  * stops the group if leasehold itself dies, even by SIGKILL: the command never outlives the
- * process that holds its lease by more than the grace period.
+ * process that holds its lease by more than the grace period. Its own session has no
+ * controlling terminal (a prompt on /dev/tty fails); Ctrl-Z reaches it through onJobControl.
  */
 import { type ChildProcess, spawn } from 'node:child_process';
 import { constants } from 'node:os';
@@ -102,6 +103,31 @@ export class Supervised {
     this.watchdog = null;
     if (w && w.exitCode === null) w.kill('SIGKILL');
   }
+}
+
+/**
+ * Job control (Ctrl-Z): the command is in its own session, out of reach of the terminal's SIGTSTP,
+ * and a stopped leasehold cannot renew its lease — so SIGTSTP stops the command's group
+ * (SIGSTOP) and then leasehold itself; SIGCONT (`fg`, `bg`) runs `beforeResume` first (a lease
+ * that ran out meanwhile is found lost there, and the command is sent SIGTERM) and then continues
+ * the command. Returns the uninstaller.
+ */
+export function onJobControl(child: () => Supervised | null, beforeResume: () => void): () => void {
+  if (process.platform === 'win32') return () => {};
+  const tstp = () => {
+    child()?.signal('SIGSTOP');
+    process.kill(process.pid, 'SIGSTOP');
+  };
+  const cont = () => {
+    beforeResume();
+    child()?.signal('SIGCONT');
+  };
+  process.on('SIGTSTP', tstp);
+  process.on('SIGCONT', cont);
+  return () => {
+    process.off('SIGTSTP', tstp);
+    process.off('SIGCONT', cont);
+  };
 }
 
 /** Forwards the usual stop signals to `onSignal` while installed; returns the uninstaller. */

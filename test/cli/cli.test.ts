@@ -2,7 +2,7 @@
  * The `leasehold` executable beyond `run`'s locking: usage errors, help, exit codes, the embedded
  * default, secrets in URLs, elect, and the demo.
  */
-import { existsSync, writeFileSync } from 'node:fs';
+import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, test } from 'vitest';
 import { freePorts } from '../support/ports.js';
@@ -145,6 +145,40 @@ describe('a lost lease', () => {
     expect(took).toBeGreaterThanOrEqual(1000); // the grace period passed before SIGKILL
     expect(took).toBeLessThan(500 + 1000 + 3000); // a renewal interval, the grace, a loaded machine
   }, 30_000);
+});
+
+describe('job control (Ctrl-Z)', () => {
+  /** The state letter of /proc/<pid>/stat: T when stopped. */
+  const state = (pid: number) => readFileSync(`/proc/${pid}/stat`, 'utf8').replace(/^.*\) /s, '')[0];
+
+  test('SIGTSTP stops the command with leasehold; SIGCONT continues both; a lease that ran out meanwhile is lost: SIGTERM first, exit 79', async () => {
+    // before, the command (its own session: the terminal's SIGTSTP never reaches it) ran on while
+    // leasehold was stopped and could not renew: its lease expired, and a second holder ran too
+    const db = `sqlite:${dbs.path()}`;
+    const log = dbs.path('tstp.log');
+    const env = { LEASEHOLD_URL: db, JOB_LOG: log, JOB_MS: '30000' };
+    const a = start(['run', 'tstp', '--ttl', '1500ms', '--', process.execPath, JOB], env);
+    await until(() => readLog(log).some((l) => l.ev === 'start'), 15_000, 'the command to start');
+    const pid = readLog(log)[0]!.pid;
+    a.proc.kill('SIGTSTP');
+    await until(() => state(a.proc.pid!) === 'T', 5000, 'leasehold to stop');
+    await until(() => state(pid) === 'T', 5000, 'the command to stop with it');
+    a.proc.kill('SIGCONT');
+    await until(() => state(pid) !== 'T' && state(a.proc.pid!) !== 'T', 5000, 'both to continue');
+    expect(readLog(log).map((l) => l.ev)).toEqual(['start']); // the lease is still good: it runs on
+
+    // stopped past the TTL: another holder takes the key meanwhile, the command stays stopped
+    a.proc.kill('SIGTSTP');
+    await until(() => state(pid) === 'T', 5000, 'the command to stop');
+    const b = await cli(['run', 'tstp', '--wait', '10s', '--', 'true'], { LEASEHOLD_URL: db });
+    expect(b.code, b.stderr).toBe(0);
+    expect(state(pid)).toBe('T');
+    a.proc.kill('SIGCONT');
+    const done = await a.done;
+    expect(done.code).toBe(79);
+    expect(done.stderr).toMatch(/lost.*stopping the command/);
+    expect(readLog(log).map((l) => l.ev)).toEqual(['start', 'term']); // SIGTERM, never its end
+  }, 40_000);
 });
 
 describe('secrets', () => {
