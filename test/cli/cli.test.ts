@@ -209,6 +209,29 @@ describe('secrets', () => {
   });
 });
 
+describe('secrets with a raw / ? or # in the password', () => {
+  test('etcd:// and zk:// URLs: no part of the password in any output', async () => {
+    // before, the authority was cut at the first `/`: `bad member "root:S3c"` (etcd) and
+    // `the port of "root:S3c" must be …` (zk) quoted the password's first part
+    const [closed] = (await freePorts(1)) as [number];
+    for (const sep of ['/', '?', '#']) {
+      const pw = `S3c${sep}retPw`;
+      const etcd = await cli(['run', 'k', '--url', `etcd://root:${pw}@127.0.0.1:${closed}`, '--', 'true']);
+      expect(etcd.code, etcd.stderr).toBe(69);
+      expect(etcd.stderr).toMatch(
+        new RegExp(`^leasehold: could not connect to etcd://\\*\\*\\*@127\\.0\\.0\\.1:${closed}`),
+      );
+      const zk = await cli(['run', 'k', '--url', `zk://root:${pw}@127.0.0.1:2181`, '--', 'true']);
+      expect(zk.code, zk.stderr).toBe(64);
+      expect(zk.stderr).toBe('leasehold: fromUrl: zk:// URLs take no user or password\n');
+      for (const o of [etcd, zk]) {
+        expect(o.stdout + o.stderr).not.toContain('S3c');
+        expect(o.stdout + o.stderr).not.toContain('retPw');
+      }
+    }
+  }, 60_000);
+});
+
 describe('elect', () => {
   test('only the leader runs the command; when it stops, another candidate takes over with a higher fence', async () => {
     const db = dbs.path();

@@ -25,16 +25,17 @@ export function isEtcdUrl(url: string): boolean {
 }
 
 export function parseEtcdUrl(url: string): EtcdUrl {
-  const m = /^(etcds?):\/\/([^/?#]*)([^?#]*)(?:\?([^#]*))?$/i.exec(url);
   const bad = (why: string) => new InvalidArgumentError(`fromUrl: ${why} in "${redactUrl(url)}"`);
-  if (!m) throw bad('malformed etcd URL');
-  const tls = m[1]!.toLowerCase() === 'etcds';
-  let hostPart = m[2]!;
+  const scheme = /^(etcds?):\/\//i.exec(url);
+  if (!scheme) throw bad('malformed etcd URL');
+  // the credentials end at the last `@` (as redactUrl sees them), not at the first `/`: a
+  // password may hold a raw `/`, `?` or `#`, and a member cut out of one would quote it
+  let rest = url.slice(scheme[0].length);
   let auth: EtcdUrl['auth'];
-  const at = hostPart.lastIndexOf('@');
+  const at = rest.lastIndexOf('@');
   if (at >= 0) {
-    const info = hostPart.slice(0, at);
-    hostPart = hostPart.slice(at + 1);
+    const info = rest.slice(0, at);
+    rest = rest.slice(at + 1);
     const colon = info.indexOf(':');
     try {
       auth = {
@@ -45,19 +46,23 @@ export function parseEtcdUrl(url: string): EtcdUrl {
       throw bad('malformed credentials');
     }
   }
+  const m = /^([^/?#]*)([^?#]*)(?:\?([^#]*))?$/.exec(rest);
+  if (!m) throw bad('malformed etcd URL');
+  const tls = scheme[1]!.toLowerCase() === 'etcds';
+  const hostPart = m[1]!;
   const hosts = hostPart.split(',').map((h) => {
     const hm = HOST.exec(h.trim());
     if (!hm || (hm[2] !== undefined && (Number(hm[2]) < 1 || Number(hm[2]) > 65535))) throw bad(`bad member "${h}"`);
     return `${tls ? 'https' : 'http'}://${hm[1]}:${hm[2] ?? '2379'}`;
   });
-  let namespace = m[3]!.replace(/^\//, '');
+  let namespace = m[2]!.replace(/^\//, '');
   try {
     namespace = decodeURIComponent(namespace);
   } catch {
     throw bad('malformed namespace');
   }
   let leaseTtl: string | undefined;
-  for (const [k, v] of new URLSearchParams(m[4] ?? '')) {
+  for (const [k, v] of new URLSearchParams(m[3] ?? '')) {
     if (k !== 'leaseTtl') throw bad(`unknown parameter "${k}" (known: leaseTtl)`);
     if (leaseTtl !== undefined) throw bad('leaseTtl given twice');
     leaseTtl = v;

@@ -7,10 +7,12 @@ import { checkChroot, checkHost } from './hosts.js';
 import type { ZookeeperConnectOptions } from './index.js';
 
 export function parseZkUrl(url: string): { hosts: string; options: ZookeeperConnectOptions } {
+  // checked on the whole URL, before it is cut at a `/`: a password with a raw `/` in it would
+  // leave `user:pass` (part of it) as a host, quoted in the error
+  if (url.includes('@')) throw new InvalidArgumentError('fromUrl: zk:// URLs take no user or password');
   const m = /^zk:\/\/([^/?#]*)([^?#]*)(\?[^#]*)?$/i.exec(url);
   if (!m) throw new InvalidArgumentError('fromUrl: a ZooKeeper URL looks like zk://host:port[,host:port…][/chroot]');
   const [, authority = '', chroot = '', query = ''] = m;
-  if (authority.includes('@')) throw new InvalidArgumentError('fromUrl: zk:// URLs take no user or password');
   // each host checked (a port is 1 to 65535), each given :2181 when it has no port
   const hosts = authority.split(',').map((h) => checkHost(h, 'fromUrl (zk://)'));
   const base = checkChroot(chroot, 'fromUrl (zk://)');
