@@ -14,6 +14,7 @@ import {
   type Backend,
   type Locks,
 } from '../index.js';
+import { redactText } from '../scrub.js';
 
 /** Exit codes (sysexits.h where one fits). */
 export const EXIT = {
@@ -42,14 +43,13 @@ export class CliError extends Error {
 
 export const usage = (message: string) => new CliError(message, EXIT.USAGE);
 
-/** Hides `user:password@` in every URL of a text (also inside a driver's error message). */
-export function redact(text: string): string {
-  return text.replace(/\b([a-z][a-z0-9+.-]*:\/\/)[^@/?#\s]*@/gi, '$1***@');
-}
-
-/** One line on stderr, prefixed `leasehold:`, with secrets hidden. */
+/**
+ * One line on stderr, prefixed `leasehold:`, with the credentials of every URL in it hidden by the
+ * library's redactText (everything up to a URL's last `@`, `?password=` values: a password may
+ * hold a raw `/`, `@`, `?` or `#`).
+ */
 export function say(message: string): void {
-  process.stderr.write(`leasehold: ${redact(message).replace(/\s*\n\s*/g, ' ')}\n`);
+  process.stderr.write(`leasehold: ${redactText(message).replace(/\s*\n\s*/g, ' ')}\n`);
 }
 
 /**

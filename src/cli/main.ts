@@ -1,7 +1,8 @@
 /** The `leasehold` command line: parses, dispatches, and turns every failure into one line and an exit code. */
 import { readFileSync } from 'node:fs';
 import { Command, CommanderError, Option } from 'commander';
-import { CliError, EXIT, redact, say, toCliError, usage } from './common.js';
+import { redactText } from '../scrub.js';
+import { CliError, EXIT, say, toCliError, usage } from './common.js';
 import { demo } from './demo.js';
 import { demoWorker } from './demo-worker.js';
 import { elect } from './elect.js';
@@ -56,7 +57,7 @@ export function program(args: readonly string[], result: { code: number }): Comm
     .exitOverride()
     .configureOutput({
       // commander quotes what it could not parse: a mistyped option may carry a URL's password
-      outputError: (s, write) => write(`leasehold: ${redact(s.replace(/^error: /, '').trim())}\n`),
+      outputError: (s, write) => write(`leasehold: ${redactText(s.replace(/^error: /, '').trim())}\n`),
     })
     .addHelpText(
       'after',

@@ -232,6 +232,20 @@ describe('secrets with a raw / ? or # in the password', () => {
   }, 60_000);
 });
 
+describe('secrets in command-line parse errors', () => {
+  test.each([
+    [['redis://u:S3c/retPw@h:6379'], "unknown command 'redis://***@h:6379'"],
+    [['redis://u:S3c@retPw@h'], "unknown command 'redis://***@h'"],
+    [['run', 'k', '--ulr=postgres://h/db?password=S3cretPw'], "unknown option '--ulr=postgres://h/db?password=***'"],
+  ])('%j: exit 64, no part of the password', async (args, message) => {
+    // before, the CLI's own pattern stopped at the first `/` or `@`: the rest was printed
+    const r = await cli(args);
+    expect(r.code).toBe(64);
+    expect(r.stderr).toContain(message);
+    expect(r.stdout + r.stderr).not.toMatch(/S3c|retPw/);
+  });
+});
+
 describe('elect', () => {
   test('only the leader runs the command; when it stops, another candidate takes over with a higher fence', async () => {
     const db = dbs.path();
