@@ -6,13 +6,14 @@
  */
 import { type ChildProcess, spawn } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { constants, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { FenceGate, StaleFenceError } from '../index.js';
 import { CliError, duration, EXIT, palette } from './common.js';
 import { monotonicMs, type DemoEvent, type ToParent, type ToWorker } from './demo-worker.js';
 import { renderTimeline, type NemesisEvent } from './timeline.js';
 
+const STOP_SIGNALS = ['SIGINT', 'SIGTERM', 'SIGHUP'] as const;
 const NAMES = ['ada', 'bob', 'cy', 'dee', 'eve', 'fay', 'gus', 'hal'];
 
 export interface DemoFlags {
@@ -118,7 +119,14 @@ export async function demo(flags: DemoFlags): Promise<number> {
       }
     }
   };
-  process.once('SIGINT', stopAll);
+  // interrupted (Ctrl-C, a kill, a closed terminal): no worker is left behind — a paused one
+  // is continued so its SIGKILL lands — nor the temporary directory; exit 128 + n, as a shell
+  const interrupted = (signal: NodeJS.Signals) => {
+    stopAll();
+    rmSync(dir, { recursive: true, force: true });
+    process.exit(128 + (constants.signals[signal] ?? 0));
+  };
+  for (const s of STOP_SIGNALS) process.once(s, interrupted);
   const timeout = setTimeout(() => {
     failures.push('the demo did not finish within 60 s');
     stopAll();
@@ -128,7 +136,7 @@ export async function demo(flags: DemoFlags): Promise<number> {
     codes.forEach((c, i) => c !== 0 && failures.push(`${names[i]} exited with ${c}`));
   } finally {
     clearTimeout(timeout);
-    process.off('SIGINT', stopAll);
+    for (const s of STOP_SIGNALS) process.off(s, interrupted);
     rmSync(dir, { recursive: true, force: true });
   }
 

@@ -2,7 +2,7 @@
  * The `leasehold` executable beyond `run`'s locking: usage errors, help, exit codes, the embedded
  * default, secrets in URLs, elect, and the demo.
  */
-import { existsSync, readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, test } from 'vitest';
 import { freePorts } from '../support/ports.js';
@@ -302,6 +302,49 @@ describe('elect, a term lost before its command starts', () => {
 });
 
 describe('demo', () => {
+  test.each([
+    ['SIGTERM', 143],
+    ['SIGHUP', 129],
+    ['SIGINT', 130],
+  ] as const)(
+    '%s while a worker is paused: every worker ends, the temporary directory goes, exit %i',
+    async (signal, code) => {
+      // before, SIGTERM and SIGHUP left the SIGSTOPped worker and /tmp/leasehold-demo-*, and
+      // SIGINT exited 70 ("demo failed: ada exited with null")
+      const { db: _db, ...env } = home();
+      const tmp = mkdtempSync(join(dirname(dbs.path()), 'tmp-'));
+      const demo = start(['demo', '--ttl', '2s'], { ...env, TMPDIR: tmp });
+      const pid = demo.proc.pid!;
+      const children = () => {
+        try {
+          return readFileSync(`/proc/${pid}/task/${pid}/children`, 'utf8')
+            .trim()
+            .split(/\s+/)
+            .filter(Boolean)
+            .map(Number);
+        } catch {
+          return [];
+        }
+      };
+      const state = (p: number) => {
+        try {
+          return readFileSync(`/proc/${p}/stat`, 'utf8').replace(/^.*\) /s, '')[0];
+        } catch {
+          return 'gone';
+        }
+      };
+      let workers: number[] = [];
+      await until(() => (workers = children()).some((p) => state(p) === 'T'), 20_000, 'a worker to be paused');
+      expect(readdirSync(tmp)).toHaveLength(1); // leasehold-demo-*
+      demo.proc.kill(signal);
+      const done = await demo.done;
+      expect(done.code, done.stderr).toBe(code);
+      await until(() => workers.every((p) => ['gone', 'Z'].includes(state(p)!)), 5000, 'every worker to end');
+      expect(readdirSync(tmp)).toEqual([]);
+    },
+    40_000,
+  );
+
   test('runs with no server, ends with exit 0, and shows the stale write rejected', async () => {
     const { db, ...env } = home();
     const r = await cli(['demo'], env);
