@@ -37,11 +37,17 @@ function backendOptions(cmd: Command): Command {
     .option('--prefix <prefix>', 'key namespace (the library default)', 'leasehold');
 }
 
-/** The command after `--` (required: without it, its options would be taken for ours). */
+/**
+ * The command after `--` (required: without it, its options would be taken for ours): exactly
+ * what follows the first `--`. A `--` after the command (`run k echo hi --`), or one taken as an
+ * option's value (`run --value -- k echo hi`), leaves operands before it: refused.
+ */
 function commandAfterDashes(args: readonly string[], operands: string[], name: string): string[] {
   if (operands.length === 0)
     throw usage(`${name}: give the command to run after --, e.g. leasehold ${name} <key> -- ./job.sh`);
-  if (!args.includes('--')) {
+  const dashes = args.indexOf('--');
+  const after = dashes < 0 ? [] : args.slice(dashes + 1);
+  if (after.length !== operands.length || after.some((a, i) => a !== operands[i])) {
     throw usage(`${name}: put the command after --, e.g. leasehold ${name} <key> -- ${operands.join(' ')}`);
   }
   return operands;
