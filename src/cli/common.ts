@@ -147,6 +147,9 @@ export function duration(value: string, flag: string, allowZero = false): number
 /** What `status` shows as the holder when none was given: this host and process. */
 export const defaultHolder = () => `${hostname()}:${process.pid}`;
 
+/** "12.0s left", or for a session backend (no time left to tell) "held for the holder's session". */
+export const timeLeft = (ms: number) => (ms < 0 ? "held for the holder's session" : `${formatMs(ms)} left`);
+
 export function formatMs(ms: number): string {
   if (ms < 0) return 'session';
   if (ms < 10_000) return `${(ms / 1000).toFixed(1)}s`;

@@ -17,6 +17,7 @@ import {
   toCliError,
   failing,
   sayWarnings,
+  timeLeft,
   type BackendFlags,
 } from './common.js';
 import { exitCodeOf, onJobControl, onStopSignals, Supervised, type Exit } from './supervise.js';
@@ -45,7 +46,7 @@ async function holderOf(locks: Locks, key: string): Promise<string> {
   const info = await locks.inspect(key).catch(() => null);
   if (!info) return 'held by another holder';
   const who = info.value ? `held by ${info.value}` : 'held';
-  return `${who} (fence ${info.fence}, ${formatMs(info.remainingMs)} left)`;
+  return `${who} (fence ${info.fence}, ${timeLeft(info.remainingMs)})`;
 }
 
 /** Starts the command; a missing or non-executable file is exit 127 / 126, as in a shell. */

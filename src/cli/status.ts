@@ -9,6 +9,7 @@ import {
   palette,
   say,
   sayWarnings,
+  timeLeft,
   toCliError,
   usage,
   type BackendFlags,
@@ -90,7 +91,7 @@ export async function release(key: string, flags: ReleaseFlags): Promise<number>
     } else if (shown) {
       const who = shown.value === undefined ? '' : `, holder ${shown.value}`;
       say(
-        `broke the lock on "${key}" (fence ${shown.fence}${who}, ${formatMs(shown.remainingMs)} left); its holder loses it at its next renewal`,
+        `broke the lock on "${key}" (fence ${shown.fence}${who}, ${timeLeft(shown.remainingMs)}); its holder loses it at its next renewal`,
       );
     } else {
       say(`"${key}" was not held; nothing to release`);

@@ -71,6 +71,9 @@ describe.each(targets)('leasehold run on $name', ({ name, url, session, values }
     expect(busy.stderr.trim().split('\n')).toHaveLength(1);
     expect(busy.stderr).toMatch(new RegExp(`^leasehold: "${key}" is held`));
     if (values) expect(busy.stderr).toContain('worker-7');
+    // a session backend has no time left to tell (before: "(fence 15, session left)")
+    if (session) expect(busy.stderr).toMatch(/ \(fence \d+, held for the holder's session\)\n$/);
+    else expect(busy.stderr).toMatch(/ \(fence \d+, \d+\.\ds left\)\n$/);
     const skipped = await cli(['run', key, '--prefix', prefix, '--wait', '0', '--skip-if-busy', '--', 'true'], env());
     expect(skipped.code).toBe(0);
     expect(skipped.stderr).toContain('skipped');
@@ -150,6 +153,7 @@ describe.each(targets)('leasehold run on $name', ({ name, url, session, values }
     const broke = await cli(['release', key, '--prefix', prefix, '--force'], env());
     expect(broke.code, broke.stderr).toBe(0);
     expect(broke.stderr).toMatch(new RegExp(`broke the lock on "${key}" \\(fence \\d+`));
+    expect(broke.stderr).toMatch(session ? /, held for the holder's session\);/ : /, \d+\.\ds left\);/);
     const brokeAt = monotonic();
     const done = await holder.done;
     expect(done.code).toBe(79);
