@@ -141,7 +141,14 @@ export function duration(value: string, flag: string, allowZero = false): number
     }
     throw new InvalidArgumentError(`${flag}: "${value}" has no unit; add one: '${bare[1]}s' or '${bare[1]}ms'`);
   }
-  return toMs(value, flag, { allowZero });
+  try {
+    return toMs(value, flag, { allowZero });
+  } catch (e) {
+    // the library's hint offers "a number of ms", which the command line refuses (above)
+    if (e instanceof InvalidArgumentError)
+      e.message = e.message.replace('a number of ms, or a string like', 'a number with a unit, like');
+    throw e;
+  }
 }
 
 /** What `status` shows as the holder when none was given: this host and process. */

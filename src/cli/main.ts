@@ -21,13 +21,19 @@ function version(): string {
 const BACKEND_HELP = `
 Backend: --url (repeatable: several redis:// URLs mean Redlock), else $LEASEHOLD_URL
 (whitespace-separated), else the embedded default sqlite: — $XDG_STATE_HOME/leasehold/locks.db,
-or ~/.local/state/leasehold/locks.db. URLs: sqlite:path, redis://, rediss://, postgres://, etcd://h:p[,h:p].
-Passwords in URLs are never printed.`;
+or ~/.local/state/leasehold/locks.db. URLs: sqlite:path, memory:, redis://, rediss://,
+redis+cluster://h:p[,h:p], redis+sentinel://h:p[,h:p]/name, postgres://, zk://h:p[,h:p][/chroot],
+etcd://h:p[,h:p]. Passwords in URLs are never printed.`;
 
 const EXIT_HELP = `
 Exit codes: the command's own code (128+n if signal n ended it); 64 usage; 69 backend
 unavailable; 75 lock busy (held, or --wait ran out); 79 lease lost (the command was stopped);
 126/127 command not executable / not found.`;
+
+const ELECT_EXIT_HELP = `
+Exit codes: the command's own code (128+n if signal n ended it; 128+n too if signal n stopped
+leasehold while it campaigned); 64 usage; 69 backend unavailable; 126/127 command not executable
+/ not found.`;
 
 const collect = (v: string, prev: string[] | undefined) => [...(prev ?? []), v];
 
@@ -131,7 +137,7 @@ exits by itself, leasehold resigns and exits with its code (let systemd restart 
 Examples:
   leasehold elect scheduler --value "$(hostname):8080" -- ./scheduler
   leasehold elect primary --ttl 10s --url redis://10.0.0.5:6379 -- ./run-primary.sh
-${EXIT_HELP}${BACKEND_HELP}`,
+${ELECT_EXIT_HELP}${BACKEND_HELP}`,
     )
     .action(async (name: string, operands: string[], flags) => {
       result.code = await elect(name, commandAfterDashes(args, operands, 'elect'), flags);

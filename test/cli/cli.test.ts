@@ -60,6 +60,23 @@ describe('usage', () => {
       /Exit codes: .*64 usage; 69 backend\nunavailable; 75 lock busy/s,
     );
     expect((await cli(['--version'])).stdout.trim()).toMatch(/^\d+\.\d+\.\d+/);
+    // every scheme fromUrl takes is listed; elect (no --wait, no busy exit) says no 75
+    const help = (await cli(['--help'])).stdout;
+    for (const scheme of [
+      'sqlite:',
+      'memory:',
+      'redis+cluster://',
+      'redis+sentinel://',
+      'postgres://',
+      'zk://',
+      'etcd://',
+    ])
+      expect(help).toContain(scheme);
+    expect((await cli(['elect', '--help'])).stdout).not.toMatch(/\b75\b/);
+    // the command line refuses a bare number of ms: its hint does not offer one
+    const bad = await cli(['run', 'k', '--ttl', 'soon', '--', 'true']);
+    expect(bad.stderr).toContain('a number with a unit');
+    expect(bad.stderr).not.toContain('a number of ms');
   });
 });
 
