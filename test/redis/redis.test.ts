@@ -173,6 +173,40 @@ describe.each(['ioredis', 'node-redis'] as ClientKind[])('redis backend on %s', 
   });
 });
 
+test('200 dead waiters: once their places lapsed, the free lock goes to the caller, never to one of them', async () => {
+  const c = await adminClient();
+  // dead waiters (their process died: nobody leaves the queue), places bounded by placeTtl 300ms
+  const queueDead = async (full: string) => {
+    const ghost = redis(await clients.make('ioredis'), { placeTtl: 300 });
+    for (let i = 0; i < 200; i++) {
+      const token = `ghost-${String(i).padStart(4, '0')}-0000000000000`;
+      expect(await ghost.acquire(full, { token, ttlMs: 60_000, queue: true })).toBeNull();
+    }
+    await ghost.close();
+    expect(await c.zcard(redisKeys(full).q)).toBe(200);
+  };
+  const locks = await locksOn('ioredis');
+  // a release hands the lock on to the first live waiter: there is none
+  const lease = await locks.acquire('dead-200-release');
+  const full1 = `${prefix}:dead-200-release`;
+  await queueDead(full1);
+  await new Promise((r) => setTimeout(r, 400)); // every place (300ms) lapsed
+  expect(await lease.release()).toBe(true);
+  expect(await c.get(redisKeys(full1).lock)).toBeNull();
+  expect(await c.exists(redisKeys(full1).q)).toBe(0);
+  // a free lock behind 200 lapsed places is tryAcquire's
+  const holder = await locks.acquire('dead-200-try');
+  const full2 = `${prefix}:dead-200-try`;
+  await queueDead(full2);
+  await new Promise((r) => setTimeout(r, 400)); // every place (300ms) lapsed
+  await c.del(redisKeys(full2).lock); // the holder's lease ends without a hand-over (expired)
+  const got = await locks.tryAcquire('dead-200-try');
+  expect(got).not.toBeNull();
+  expect(await c.exists(redisKeys(full2).q)).toBe(0);
+  expect(await got!.release()).toBe(true);
+  expect(await holder.release()).toBe(false);
+});
+
 test('redis() rejects what is not a Redis client, and unknown options', () => {
   // a compile error in TypeScript; a JavaScript caller gets the runtime check
   expect(() => redis({} as never)).toThrow(InvalidArgumentError);

@@ -308,3 +308,27 @@ describe('redlock arrival-order fairness (5 nodes, ioredis)', () => {
     await lease.release();
   }, 60_000);
 });
+
+test('200 waiters whose places lapsed (their process died) do not keep a free lock from tryAcquire', async () => {
+  const key = 'dead-200';
+  const q = `{${prefix}:${key}}:q`;
+  const qx = `{${prefix}:${key}}:qx`;
+  // what a killed process's waiters leave on every node: their arrivals, and places that lapsed
+  const lapsed = String(Date.now() - 60_000);
+  for (const c of admin) {
+    const [arrivals, places]: [string[], string[]] = [[], []];
+    for (let i = 0; i < 200; i++) {
+      arrivals.push(String(i + 1), `dead-${i}`);
+      places.push(lapsed, `dead-${i}`);
+    }
+    await raw(c, 'ZADD', q, ...arrivals);
+    await raw(c, 'ZADD', qx, ...places);
+    await raw(c, 'PEXPIRE', q, '60000');
+    await raw(c, 'PEXPIRE', qx, '60000');
+  }
+  const { locks } = await instance();
+  const lease = await locks.tryAcquire(key);
+  expect(lease).not.toBeNull();
+  for (const c of admin) expect(await raw(c, 'ZCARD', q)).toBe(0);
+  expect(await lease!.release()).toBe(true);
+}, 30_000);

@@ -26,8 +26,8 @@ import { script } from './client.js';
 
 /**
  * Lua shared by the scripts that grant or hand the lock on. `mint` issues the next fence;
- * `live_head` drops waiters whose place expired from the head of the queue and returns the first
- * live one (or nil); `hand_over` gives a free lock to that waiter with a short claim lease and
+ * `live_head` drops waiters whose place expired (in bulk, at most 8000 per call) and returns the
+ * first live one (or nil: none, or none found within that bound; never a head it did not check); `hand_over` gives a free lock to that waiter with a short claim lease and
  * tells it, on its backend's own channel, with one message (never its token).
  * A queue member is `<its backend's channel>|<token>`.
  */
@@ -84,15 +84,19 @@ local function now_ms()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000), tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
 local function live_head(q, qx, now)
-  for _ = 1, 64 do
+  for _ = 1, 16 do
     local head = redis.call('ZRANGE', q, 0, 0)[1]
     if not head then return nil end
     local exp = tonumber(redis.call('ZSCORE', qx, head))
     if exp and exp > now then return head end
-    redis.call('ZREM', q, head)
-    redis.call('ZREM', qx, head)
+    -- the head is dead: it goes, and with it every lapsed place, in bulk (500 per round)
+    local dead = redis.call('ZRANGEBYSCORE', qx, '-inf', string.format('%.0f', now), 'LIMIT', 0, 500)
+    dead[#dead + 1] = head
+    redis.call('ZREM', q, unpack(dead))
+    redis.call('ZREM', qx, unpack(dead))
   end
-  return redis.call('ZRANGE', q, 0, 0)[1]
+  -- still no live head after 8000 dead waiters: none is known, never an unchecked one
+  return nil
 end
 local function hand_over(lock, fence, q, qx, v, qv, changed, claim, idle, now, us)
   local head = live_head(q, qx, now)

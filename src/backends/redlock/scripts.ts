@@ -104,15 +104,22 @@ local function clock()
   return now
 end
 local function live_head()
-  for _ = 1, 64 do
+  for _ = 1, 16 do
     local h = redis.call('ZRANGE', KEYS[5], 0, 0)[1]
     if not h or h == me then return h end
     local exp = tonumber(redis.call('ZSCORE', KEYS[6], h))
     if exp and exp > clock() then return h end
-    redis.call('ZREM', KEYS[5], h)
-    redis.call('ZREM', KEYS[6], h)
+    -- the head is dead: it goes, and with it every lapsed place but the caller's, in bulk
+    local dead = redis.call('ZRANGEBYSCORE', KEYS[6], '-inf', string.format('%.0f', clock()), 'LIMIT', 0, 500)
+    local drop = { h }
+    for _, d in ipairs(dead) do
+      if d ~= me and d ~= h then drop[#drop + 1] = d end
+    end
+    redis.call('ZREM', KEYS[5], unpack(drop))
+    redis.call('ZREM', KEYS[6], unpack(drop))
   end
-  return redis.call('ZRANGE', KEYS[5], 0, 0)[1]
+  -- still no live head after 8000 dead waiters: none is known, never an unchecked one
+  return nil
 end
 local head = false
 if redis.call('EXISTS', KEYS[5]) == 1 then
