@@ -96,6 +96,23 @@ const CLAIM_MS = 500;
 /** The lock's own Redis key (its hash tag): what waits and hand-overs are keyed by. */
 const lockKeyOf = (key: string): string => `{${key}}`;
 
+/**
+ * On a Cluster, the full key `key` cannot be used when the hash tag of its lock key as sent
+ * (`<client keyPrefix>{<key>}`) is empty: Redis hashes the part between the first '{' and the
+ * first '}' after it, or the whole key when that part is empty ('}' first in `key`, as with a
+ * prefix '}app'), and the lock and its fence counter would then land in different slots
+ * (CROSSSLOT at every acquire). Any other '{' or '}' in the key still gives every key of the
+ * lock one tag, and a single server has no slots: those keys are left as they are.
+ */
+export function checkClusterKey(keyPrefix: string, key: string): void {
+  const k = `${keyPrefix}{${key}}`;
+  const open = k.indexOf('{');
+  if (k.indexOf('}', open + 1) !== open + 1) return;
+  throw new InvalidArgumentError(
+    `redis: on a Cluster a lock key cannot begin with '}' (the key's hash tag would be empty, its keys in different slots): ${JSON.stringify(key.slice(0, 64))}`,
+  );
+}
+
 /** The Redis keys of one lock. */
 export function redisKeys(key: string) {
   const k = lockKeyOf(key);
@@ -267,6 +284,7 @@ export class RedisBackend implements Backend {
 
   async acquire(key: string, req: AcquireRequest, retried = false): Promise<Grant | null> {
     this.assertOpen();
+    if (this.adapter.cluster) checkClusterKey(this.adapter.keyPrefix, key);
     const lock = lockKeyOf(key);
     const queue = req.queue === true;
     const s = this.cfg.session && req.renew === true ? this.session(req.ttlMs) : null;
@@ -507,6 +525,7 @@ export class RedisBackend implements Backend {
 
   async inspect(key: string): Promise<LockInfo | null> {
     this.assertOpen();
+    if (this.adapter.cluster) checkClusterKey(this.adapter.keyPrefix, key);
     const k = redisKeys(key);
     const [r] = await this.adapter.run([{ script: INSPECT, keys: [k.lock, k.fence, k.value], args: [] }]);
     if (r instanceof Error) throw r;
