@@ -59,6 +59,14 @@ function nodeOf(u: URL): string {
   return `${host}:${u.port || '6379'}`;
 }
 
+/**
+ * A redis:// URL's database: its path's number, 0 without one, NaN for any other path (the
+ * client would SELECT NaN, or any text).
+ */
+function databaseOf(u: URL): number {
+  return /^\/?$/.test(u.pathname) ? 0 : Number(/^\/(\d{1,9})$/.exec(u.pathname)?.[1] ?? NaN);
+}
+
 /** Two Redlock URLs naming one node would count it twice towards a majority: refused before connecting. */
 function refuseSameNode(urls: readonly URL[]): void {
   const seen = new Map<string, number>();
@@ -192,6 +200,14 @@ export async function fromUrl(url: string | readonly string[]): Promise<Backend>
           `fromUrl: Redlock needs at least 3 independent Redis nodes, got ${url.length} (use one URL for a single Redis)`,
         );
       }
+      // each node's path is its database number, or nothing: checked as for one URL, before any connection
+      parsed.forEach((u, i) => {
+        if (Number.isNaN(databaseOf(u))) {
+          throw new InvalidArgumentError(
+            `fromUrl: the path must be a database number (/0, /1, ...) in url[${i}] "${redactUrl(url[i]!)}"`,
+          );
+        }
+      });
       refuseSameNode(parsed);
       const { redlock } = await import('./backends/redlock/index.js');
       // Redlock survives a minority of its nodes down, and so does opening it: a node that does
@@ -242,8 +258,7 @@ export async function fromUrl(url: string | readonly string[]): Promise<Backend>
       const bad = (why: string) => new InvalidArgumentError(`fromUrl: ${why} in "${redactUrl(url as string)}"`);
       const session = sessionParam(u.searchParams, bad, false);
       if (u.searchParams.has('session')) u.searchParams.delete('session');
-      // the path is the database number, or nothing (the client would SELECT NaN, or any text)
-      const db = /^\/?$/.test(u.pathname) ? 0 : Number(/^\/(\d{1,9})$/.exec(u.pathname)?.[1] ?? NaN);
+      const db = databaseOf(u);
       if (Number.isNaN(db)) throw bad('the path must be a database number (/0, /1, ...)');
       const { redis } = await import('./backends/redis/index.js');
       const c = await redisClient(session === undefined ? (url as string) : u.href);

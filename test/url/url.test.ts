@@ -183,6 +183,32 @@ describe('fromUrl', () => {
     }
   }, 20_000);
 
+  test('a Redlock node URL whose path is not a database number is refused before any connection', async () => {
+    // a listener that counts connections and drops each at once: before, the nodes were connected to
+    let connections = 0;
+    const node = net.createServer((socket) => {
+      connections++;
+      socket.destroy();
+    });
+    const [a, b, c] = await freePorts(3);
+    await new Promise<void>((resolve) => node.listen(a, '127.0.0.1', resolve));
+    try {
+      for (const [urls, i] of [
+        [[`redis://127.0.0.1:${a}`, `redis://127.0.0.1:${b}/abc`, `redis://127.0.0.1:${c}`], 1],
+        [[`redis://:S3CRETpw@127.0.0.1:${a}/1x`, `redis://127.0.0.1:${b}/2`, `redis://127.0.0.1:${c}`], 0],
+        [[`redis://127.0.0.1:${a}`, `redis://127.0.0.1:${b}`, `rediss://127.0.0.1:${c}/1/2`], 2],
+      ] as const) {
+        const err = await fromUrl(urls).catch((e: unknown) => e);
+        expect(err, urls.join(' ')).toBeInstanceOf(InvalidArgumentError);
+        expect((err as Error).message).toMatch(new RegExp(`database number .* in url\\[${i}\\]`));
+        expect((err as Error).message).not.toMatch(/S3CRETpw/);
+      }
+      expect(connections).toBe(0);
+    } finally {
+      await new Promise((resolve) => node.close(resolve));
+    }
+  });
+
   test('Redlock URLs naming one node twice (normalised host:port) are refused before any connection', async () => {
     // a listener that counts connections and drops each at once: a connect fails fast, never hangs
     let connections = 0;
