@@ -15,6 +15,7 @@ import {
   type Locks,
 } from '../index.js';
 import { redactText } from '../scrub.js';
+import { race } from '../wait.js';
 
 /** Exit codes (sysexits.h where one fits). */
 export const EXIT = {
@@ -129,6 +130,24 @@ export async function openLocks(
     await backend.close().catch(() => {});
     throw toCliError(e);
   }
+}
+
+/**
+ * How long closing may take when the CLI exits with nothing left to release: a lost lease (not
+ * ours any more), an exhausted wait or a failing backend (the server is not answering). A full
+ * `locks.close()` would wait out a call in flight (opTimeout) and a polite goodbye on top.
+ */
+export const QUICK_CLOSE_MS = 1000;
+
+/**
+ * Closes `locks`: in full on a normal exit (every lease released, token-checked, the client
+ * closed politely), at most QUICK_CLOSE_MS when `quick`. The process exits right after, which
+ * drops whatever was left.
+ */
+export async function closeLocks(locks: Locks, quick: boolean): Promise<void> {
+  const closing = locks.close().catch(() => {});
+  if (quick) await race(closing, { ms: QUICK_CLOSE_MS }).catch(() => {});
+  else await closing;
 }
 
 /** A duration flag (`30s`, `1m30s`, `250ms`; a bare `0` where zero is allowed); a bad one is a usage error. */

@@ -12,6 +12,7 @@ import {
   duration,
   EXIT,
   openLocks,
+  closeLocks,
   say,
   sayWarnings,
   toCliError,
@@ -50,6 +51,8 @@ export async function elect(name: string, command: string[], flags: ElectFlags):
     else stopping.abort();
   });
   let current: { held: boolean } | null = null;
+  // as in run: no term to resign, or a failing backend, closes within a short bound
+  let quick = false;
   // as in run: a term that ran out while stopped is found lost before the command continues
   const unjob = onJobControl(
     () => child,
@@ -61,6 +64,7 @@ export async function elect(name: string, command: string[], flags: ElectFlags):
       try {
         term = await election.campaign({ signal: stopping.signal });
       } catch (e) {
+        quick = true;
         if (stopping.signal.aborted && stopSignal) return exitCodeOf({ code: null, signal: stopSignal });
         throw toCliError(e);
       }
@@ -89,12 +93,14 @@ export async function elect(name: string, command: string[], flags: ElectFlags):
       const exit = await outcome(c, command[0]!);
       child = null;
       if (demoted && !stopSignal) continue;
-      await election.resign().catch(() => {});
+      await election.resign().catch(() => {
+        quick = true;
+      });
       return exitCodeOf(exit);
     }
   } finally {
     uninstall();
     unjob();
-    await locks.close().catch(() => {});
+    await closeLocks(locks, quick);
   }
 }

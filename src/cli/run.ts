@@ -13,6 +13,7 @@ import {
   EXIT,
   formatMs,
   openLocks,
+  closeLocks,
   say,
   toCliError,
   failing,
@@ -86,6 +87,9 @@ export async function run(key: string, command: string[], flags: RunFlags): Prom
       );
   });
   let current: Lease | null = null;
+  // set when nothing is left to release (no lease, a lost one) or the backend is failing: then
+  // closing is bounded short, not opTimeout for a call in flight plus a goodbye the server never answers
+  let quick = false;
   // reading `held` past the lease's validity marks it lost: the command gets SIGTERM before SIGCONT
   const unjob = onJobControl(
     () => child,
@@ -98,11 +102,13 @@ export async function run(key: string, command: string[], flags: RunFlags): Prom
     try {
       lease = waitMs === 0 ? await locks.tryAcquire(key, opts) : await locks.acquire(key, { ...opts, wait: waitMs });
     } catch (e) {
+      quick = true;
       if (stopping.signal.aborted) throw stopping.signal.reason;
       if (!(e instanceof LockTimeoutError) || failing(e)) throw toCliError(e);
       lease = null;
     }
     if (!lease) {
+      quick = true;
       const why = `"${key}" is ${await holderOf(locks, key)}`;
       if (flags.skipIfBusy) {
         say(`${why}; skipped`);
@@ -118,6 +124,7 @@ export async function run(key: string, command: string[], flags: RunFlags): Prom
     const onLost = () => {
       if (lost || !(held.signal.reason instanceof LeaseLostError)) return;
       lost = held.signal.reason;
+      quick = true;
       if (!child) return; // not started: said below
       say(`${lost.message}; stopping the command (SIGTERM, then SIGKILL after ${formatMs(graceMs)})`);
       void child.stop(graceMs);
@@ -131,12 +138,14 @@ export async function run(key: string, command: string[], flags: RunFlags): Prom
     const c = (child = start(command, leaseEnv(held), graceMs));
     if (held.signal.aborted) onLost(); // lost while the command was being started
     const exit = await outcome(c, command[0]!);
-    await held.release().catch(() => false);
+    await held.release().catch(() => {
+      quick = true; // the backend is failing: the lease runs out on its own
+    });
     if (lost) throw new CliError('', EXIT.LOST); // said when it happened
     return exitCodeOf(exit);
   } finally {
     uninstall();
     unjob();
-    await locks.close().catch(() => {});
+    await closeLocks(locks, quick);
   }
 }

@@ -6,6 +6,7 @@ import {
   EXIT,
   formatMs,
   openLocks,
+  closeLocks,
   palette,
   say,
   sayWarnings,
@@ -32,12 +33,14 @@ export async function status(prefix: string | undefined, flags: StatusFlags): Pr
   sayWarnings();
   const { locks } = await openLocks(flags);
   const rows: LockInfo[] = [];
+  let failed = false;
   try {
     for await (const info of locks.list(prefix ?? '')) rows.push(info);
   } catch (e) {
+    failed = true;
     throw toCliError(e);
   } finally {
-    await locks.close().catch(() => {});
+    await closeLocks(locks, failed); // nothing is held: a failing backend is not waited for
   }
   rows.sort((a, b) => (a.key < b.key ? -1 : a.key > b.key ? 1 : 0));
   if (flags.json) {
@@ -73,6 +76,7 @@ export async function release(key: string, flags: ReleaseFlags): Promise<number>
   }
   sayWarnings();
   const { locks, backend } = await openLocks(flags);
+  let failed = false;
   try {
     if (!backend.forceRelease) {
       throw new CliError(`the ${backend.name} backend cannot break a lock (no forceRelease)`, EXIT.UNAVAILABLE);
@@ -81,6 +85,7 @@ export async function release(key: string, flags: ReleaseFlags): Promise<number>
     try {
       broken = await backend.forceRelease(`${flags.prefix}:${key}`);
     } catch (e) {
+      failed = true;
       throw toCliError(e);
     }
     const shown = broken ? { ...broken, key } : null;
@@ -98,6 +103,6 @@ export async function release(key: string, flags: ReleaseFlags): Promise<number>
     }
     return EXIT.OK;
   } finally {
-    await locks.close().catch(() => {});
+    await closeLocks(locks, failed);
   }
 }
