@@ -6,6 +6,7 @@
  */
 import { LeaseLostError, LockTimeoutError, MAX_DURATION_MS, type Lease, type Locks } from '../index.js';
 import { checkKey } from '../validate.js';
+import { race } from '../wait.js';
 import {
   CliError,
   defaultHolder,
@@ -14,6 +15,7 @@ import {
   formatMs,
   openLocks,
   closeLocks,
+  QUICK_CLOSE_MS,
   say,
   toCliError,
   failing,
@@ -42,9 +44,12 @@ export function leaseEnv(lease: Lease, extra: Record<string, string> = {}): Node
   };
 }
 
-/** "held by host:pid (fence 7, 12.0s left)" — what a busy run says about the holder. */
+/**
+ * "held by host:pid (fence 7, 12.0s left)" — what a busy run says about the holder. Asked within
+ * QUICK_CLOSE_MS: a backend that went away during the wait would hold the exit for opTimeout.
+ */
 async function holderOf(locks: Locks, key: string): Promise<string> {
-  const info = await locks.inspect(key).catch(() => null);
+  const info = await race(locks.inspect(key), { ms: QUICK_CLOSE_MS }).catch(() => null);
   if (!info) return 'held by another holder';
   const who = info.value ? `held by ${info.value}` : 'held';
   return `${who} (fence ${info.fence}, ${timeLeft(info.remainingMs)})`;

@@ -20,6 +20,10 @@ interface Proxy {
   sent(): string;
   /** Resolves when the proxy was cut by `cutOn`. */
   wasCut: Promise<void>;
+  /** How many replies (reads from Redis) went back to clients so far. */
+  replies(): number;
+  /** Forwards nothing more either way, sockets left open: a frozen server. */
+  freeze(): void;
   /** Destroys every socket and stops listening: the backend is gone. */
   cut(): Promise<void>;
 }
@@ -28,18 +32,25 @@ interface Proxy {
 async function proxy(cutOn?: string): Promise<Proxy> {
   const sockets = new Set<Socket>();
   let sent = '';
+  let replies = 0;
+  let frozen = false;
   let cutDone!: () => void;
   const wasCut = new Promise<void>((resolve) => (cutDone = resolve));
   const server: Server = createServer((c) => {
     const u = createConnection(REDIS);
     sockets.add(c).add(u);
     c.on('data', (d: Buffer) => {
+      if (frozen) return;
       const text = d.toString('latin1');
       sent += text;
       if (cutOn !== undefined && text.includes(cutOn)) void self.cut().then(cutDone);
       else u.write(d);
     });
-    u.pipe(c);
+    u.on('data', (d: Buffer) => {
+      if (frozen) return;
+      replies++;
+      c.write(d);
+    });
     const end = () => {
       c.destroy();
       u.destroy();
@@ -53,6 +64,8 @@ async function proxy(cutOn?: string): Promise<Proxy> {
     wasCut,
     url: `redis://127.0.0.1:${port}/0`,
     sent: () => sent,
+    replies: () => replies,
+    freeze: () => void (frozen = true),
     cut: () =>
       (closed ??= new Promise<void>((resolve) => {
         server.close(() => resolve());
@@ -98,6 +111,30 @@ describe('leasehold run when Redis goes away', () => {
     // old close waited opTimeout (5s) + 2s more
     expect(ms, done.stderr).toBeLessThan(2000 + 2500);
     expect(readLog(log)).toHaveLength(0); // the command never ran
+  }, 30_000);
+
+  test('a wait that ran out while Redis froze exits 75 within a short bound of the wait, not after an unanswered inspect', async () => {
+    const { key, log } = fresh();
+    // the key is held (directly, not through the proxy): the proxied run finds it busy and waits
+    const holder = run('redis://127.0.0.1:6379/0', key, log, ['--ttl', '30s'], 60_000);
+    await until(() => readLog(log).some((l) => l.ev === 'start'), 10_000, 'the holder to start');
+    const p = await proxy();
+    proxies.push(p);
+    const t0 = monotonic();
+    const r = run(p.url, key, log, ['--ttl', '30s', '--wait', '2s'], 100);
+    // the run's first attempt found the key busy (its reply came back): the run is waiting
+    await until(() => p.sent().includes(key), 10_000, 'an attempt on the key through the proxy');
+    const before = p.replies();
+    await until(() => p.replies() > before, 10_000, 'the reply to that attempt');
+    p.freeze(); // no attempt fails before the wait ends (opTimeout is 5s): the run is busy, 75
+    const done = await r.done;
+    const ms = monotonic() - t0;
+    expect(done.code, done.stderr).toBe(75);
+    // the wait (2s), then at most 1s asking who holds the key and 1s closing; the old code waited
+    // opTimeout (5s) for the answer that never came
+    expect(ms, done.stderr).toBeLessThan(2000 + 4000);
+    expect(readLog(log).filter((l) => l.ev === 'start')).toHaveLength(1); // the waiter's command never ran
+    holder.proc.kill('SIGKILL');
   }, 30_000);
 
   test('a lease lost to a dead backend exits 79 within a short bound of its command ending, not opTimeout + 2s later', async () => {
