@@ -253,6 +253,12 @@ export class Keeper {
       l.renewCall = 0;
       return true;
     };
+    // this lease's renewal failed, its outcome unknown: said, and retried soon, but never past the
+    // lease's own deadline (the tick then marks it lost)
+    const retry = (l: LeaseImpl, error: unknown, t: number) => {
+      emit(channels.extend, { backend: name, key: l.key, fence: l.fence, ok: false, batch: due.length, error });
+      l.nextRenewAt = Math.min(l.expiresAt, t + Math.max(20, l.renewInterval / 4));
+    };
     this.calls
       .run('renewal', () => this.backend.extend(items), {
         secrets: due.map((l) => l.token),
@@ -263,19 +269,8 @@ export class Keeper {
           due.forEach((l, i) => {
             done(l);
             const r = results[i];
-            if (r instanceof Error) {
-              // this lease's renewal failed (others of the call went through): retried as below
-              emit(channels.extend, {
-                backend: name,
-                key: l.key,
-                fence: l.fence,
-                ok: false,
-                batch: due.length,
-                error: r,
-              });
-              l.nextRenewAt = Math.min(l.expiresAt, t + Math.max(20, l.renewInterval / 4));
-              return;
-            }
+            // this item failed while others of the call went through (Backend.extend)
+            if (r instanceof Error) return retry(l, r, t);
             const ok = r === true;
             if (channels.extend.hasSubscribers) {
               emit(channels.extend, { backend: name, key: l.key, fence: l.fence, ok, batch: due.length });
@@ -287,10 +282,7 @@ export class Keeper {
         (error: unknown) => {
           const t = now();
           for (const l of due) {
-            if (!done(l)) continue;
-            emit(channels.extend, { backend: name, key: l.key, fence: l.fence, ok: false, batch: due.length, error });
-            // retry soon, but never past the lease's own deadline (the tick then marks it lost)
-            l.nextRenewAt = Math.min(l.expiresAt, t + Math.max(20, l.renewInterval / 4));
+            if (done(l)) retry(l, error, t);
           }
         },
       )
