@@ -254,6 +254,7 @@ export class LeaseImpl implements Lease {
       ok = r;
     } catch (e) {
       this.#emitExtend(false, e);
+      this.#unconfirmed(sentAt, ttlMs, seq);
       this.#checkExpiry();
       if (this.#lostError) throw this.#lostError;
       throw e;
@@ -275,6 +276,20 @@ export class LeaseImpl implements Lease {
     if (this.#state !== 'held') throw this.#lostError ?? new LeaseLostError(this.key, 'released during extend');
     // an extend of ours sent after this one and already answered decided the expiry: kept
     this.renewed(sentAt, ttlMs, seq);
+  }
+
+  /**
+   * An extend sent as `seq` failed without an answer (an error or a timeout, not a refusal): the
+   * server may still have applied it. If it did, the server's expiry is the extension's own, which
+   * is sooner than ours when its ttl is shorter; so the lease believes the sooner of the two and
+   * is renewed before it (unless a call sent after this one already decided the expiry).
+   */
+  #unconfirmed(sentAt: number, ttlMs: number, seq: number): void {
+    if (this.#state !== 'held' || seq <= this.#applied) return;
+    const until = sentAt + ttlMs - driftMs(ttlMs);
+    if (until >= this.#expiresAt) return;
+    this.expiresAt = until;
+    this.nextRenewAt = Math.min(this.nextRenewAt, sentAt + Math.max(1, Math.floor(ttlMs / 3)));
   }
 
   #emitExtend(ok: boolean, error?: unknown): void {

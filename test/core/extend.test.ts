@@ -132,3 +132,52 @@ describe('extend() to a shorter ttl', () => {
     expect(await locks.inspect('x')).toBeNull();
   });
 });
+
+describe('an extend() whose answer is lost (an error, not a refusal)', () => {
+  /** The memory backend, but an extend with a TTL in `fail` is applied and then answered with an error. */
+  function lostAnswers(fail: number) {
+    const inner = memory();
+    const backend: Backend = {
+      name: 'lost-answers',
+      capabilities: inner.capabilities,
+      acquire: (k, r) => inner.acquire(k, r),
+      extend: async (items: readonly ExtendItem[]) => {
+        const r = await inner.extend(items); // applied on the "server"
+        if (items[0]!.ttlMs === fail) throw new Error('connection reset after the write');
+        return r;
+      },
+      release: (k, t) => inner.release(k, t),
+      inspect: (k) => inner.inspect(k),
+      close: () => inner.close(),
+    };
+    return backend;
+  }
+
+  test('to a shorter ttl, renew: false: the lease is lost when the server may have dropped it, not at its old expiry', async () => {
+    const locks = make(lostAnswers(500), { ttl: '15s', renew: false });
+    const lease = await locks.acquire('x');
+    const signal = lease.signal;
+    await expect(lease.extend(500)).rejects.toThrow('connection reset');
+    // the server applied it: it drops the lock 500 ms later, so the lease must not claim more
+    expect(lease.remaining()).toBeLessThanOrEqual(500);
+    expect(await aborted(signal, 2000)).toBe('aborted');
+    expect(signal.reason).toBeInstanceOf(LeaseLostError);
+    expect(await locks.inspect('x')).toBeNull();
+  });
+
+  test('to a shorter ttl, renewed: a renewal comes before the shorter expiry, and the server keeps the lock', async () => {
+    const locks = make(lostAnswers(600), { ttl: '15s' }); // without the failed extend: first renewal after 5 s
+    const lease = await locks.acquire('x');
+    await expect(lease.extend(600)).rejects.toThrow('connection reset');
+    await sleep(1200); // twice what the failed extension alone would leave on the server
+    expect((await locks.inspect('x'))?.fence).toBe(lease.fence);
+    expect(lease.held).toBe(true);
+  });
+
+  test('to a longer ttl: the lease keeps its own, sooner expiry', async () => {
+    const locks = make(lostAnswers(60_000), { ttl: 900, renew: false });
+    const lease = await locks.acquire('x');
+    await expect(lease.extend(60_000)).rejects.toThrow('connection reset');
+    expect(lease.remaining()).toBeLessThanOrEqual(900);
+  });
+});
