@@ -223,6 +223,23 @@ export async function fromUrl(url: string | readonly string[]): Promise<Backend>
         await closeAll();
         throw failed ? (failed as PromiseRejectedResult).reason : down[0]!.down;
       }
+      // a database the node refused at connect would be an error event only (see the single URL
+      // below): sent again on every node that answers, and a refusal fails the open
+      const selected = await Promise.allSettled(
+        clients.map((c, i) => {
+          const db = databaseOf(parsed[i]!);
+          return db > 0 && !c.down ? c.client.select(db) : undefined;
+        }),
+      );
+      const refused = selected.findIndex((r) => r.status === 'rejected');
+      if (refused >= 0) {
+        await closeAll();
+        throw connectError(
+          redactUrl(url[refused]!),
+          url[refused]!,
+          (selected[refused] as PromiseRejectedResult).reason,
+        );
+      }
       for (const c of down) {
         warn({
           code: 'LEASEHOLD_NODE_DOWN',

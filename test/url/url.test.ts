@@ -209,6 +209,24 @@ describe('fromUrl', () => {
     }
   });
 
+  test('a Redlock node whose database the server does not have fails the open, naming the node, with every client closed', async () => {
+    // before, the refused SELECT was an error event only, and that node's locks went to database 0
+    const node2 = await clients.make('ioredis', 'redis://127.0.0.1:7002');
+    const before = Number(await node2.client('ID'));
+    const urls = ['redis://127.0.0.1:7001/11', 'redis://:S3CRETpw@127.0.0.1:7002/99', 'redis://127.0.0.1:7003/11'];
+    const err = await fromUrl(urls).catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(BackendError);
+    expect((err as Error).message).toMatch(/127\.0\.0\.1:7002\/99.*DB index is out of range/);
+    expect((err as Error).message).not.toMatch(/S3CRETpw/);
+    // no connection of this open, whose last command was the refused SELECT, is left on the node
+    const left = async () =>
+      String(await node2.client('LIST'))
+        .split('\n')
+        .filter((l) => / cmd=select /.test(l) && Number(/\bid=(\d+)\b/.exec(l)?.[1]) > before);
+    for (let i = 0; i < 50 && (await left()).length > 0; i++) await new Promise((r) => setTimeout(r, 20));
+    expect(await left()).toEqual([]);
+  });
+
   test('Redlock URLs naming one node twice (normalised host:port) are refused before any connection', async () => {
     // a listener that counts connections and drops each at once: a connect fails fast, never hangs
     let connections = 0;
