@@ -121,16 +121,33 @@ describe.each(['ioredis', 'node-redis'] as ClientKind[])('redis backend on %s', 
   });
 
   test('waiters on many keys share one subscriber connection', async () => {
-    const a = await locksOn(kind);
-    const b = await locksOn(kind);
+    // on a server of its own: the shared one's pub/sub clients come and go with other test files
+    const { url, admin } = await ownServer();
+    const on = async () => {
+      const l = createLocks(redis(await clients.make(kind, url)), { prefix });
+      open.push(l);
+      return l;
+    };
+    const subscribers = async () =>
+      String(await admin.client('LIST', 'TYPE', 'pubsub'))
+        .split('\n')
+        .filter((l) => l.trim()).length;
+    const [a, b] = [await on(), await on()];
     const keys = Array.from({ length: 12 }, (_, i) => `sub-${kind}-${i}`);
     const held = await Promise.all(keys.map((k) => a.acquire(k)));
-    const pubsubBefore = await pubsubClients();
+    const before = await subscribers();
     const waiting = keys.map((k) => b.acquire(k, { wait: '10s' }));
     for (const w of waiting) w.catch(() => {}); // may reject before it is awaited below
-    // every waiter has been refused once and is now waiting on push
-    await new Promise((r) => setTimeout(r, 200));
-    expect((await pubsubClients()) - pubsubBefore).toBe(1);
+    // every waiter has been refused and queued, and the wake-up subscription is up
+    const queued = async () => {
+      let n = 0;
+      for (const k of keys) n += Number(await admin.exists(redisKeys(`${prefix}:${k}`).q));
+      return n;
+    };
+    while ((await queued()) < keys.length || (await subscribers()) === before) {
+      await new Promise((r) => setTimeout(r, 10));
+    }
+    expect((await subscribers()) - before).toBe(1);
     await Promise.all(held.map((l) => l.release()));
     const got = await Promise.all(waiting);
     expect(got.every((l) => l.held)).toBe(true);
@@ -214,11 +231,6 @@ test('redis() rejects what is not a Redis client, and unknown options', () => {
   expect(() => redis(admin ?? {}, { nope: 1 } as never)).toThrow(InvalidArgumentError);
   expect(() => redis(admin ?? {}, { placeTtl: 10 })).toThrow(InvalidArgumentError);
 });
-
-async function pubsubClients(): Promise<number> {
-  const list: string = await (await adminClient()).client('LIST', 'TYPE', 'pubsub');
-  return list.split('\n').filter((l) => l.trim()).length;
-}
 
 describe('fencedSet', () => {
   test.each(['ioredis', 'node-redis'] as ClientKind[])(
