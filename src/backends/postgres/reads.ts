@@ -2,9 +2,9 @@
  * Statements of the session backend (session.ts) that read or store beside a lock, with no
  * state of their own: what inspect shows, and the idempotency results.
  */
-import type { LockInfo } from '../../backend.js';
+import type { LockInfo, ResultStore } from '../../backend.js';
 import { backendError, timed, type Conn, type Db } from './client.js';
-import { advisoryKey, lockParts } from './keys.js';
+import { advisoryKey, checkFullKey, lockParts } from './keys.js';
 import type { Statements } from './sql.js';
 
 /** The holder row of `key` matched against pg_locks, or its runExclusive window; never a token. */
@@ -53,6 +53,32 @@ export async function writeResult(
   } catch (e) {
     throw backendError(e, 'result write');
   }
+}
+
+/**
+ * The backend's idempotency results: read on the pool once the schema is `ready`; stored on the
+ * connection that holds the lock (`holding`: the lock `token` holds, if it does).
+ */
+export function resultStore(
+  db: Db,
+  sql: Statements,
+  timeoutMs: number,
+  ready: () => Promise<void>,
+  holding: (key: string, token: string) => { readonly conn: Conn; readonly lockKey: string } | undefined,
+): ResultStore {
+  return {
+    async get(lockKey: string): Promise<string | null> {
+      checkFullKey(lockKey);
+      await ready();
+      return readResult(db, sql, timeoutMs, lockKey);
+    },
+    /** Stores only while `token` holds `lockKey`: checked here and by the server (pg_locks). */
+    async put(lockKey: string, token: string, value: string, ttlMs: number): Promise<boolean> {
+      const h = holding(lockKey, token);
+      if (!h) return false;
+      return writeResult(h.conn, sql, timeoutMs, { key: lockKey, lockKey: h.lockKey, value, ttlMs });
+    },
+  };
 }
 
 /** Ends a server session given up on, if it still holds one of `parts` (never a reused pid). */

@@ -1,0 +1,342 @@
+/**
+ * The locks the session backend (session.ts) holds, from grant to end: each one's expiry (its
+ * TTL is the holder's validity), the liveness probe that extends it, its release (or its
+ * runExclusive window, `keep`), and its loss. A failure of the connection a lock is on loses
+ * every lease on that connection at once; a statement on it that fails or times out in a way
+ * that leaves its state unknown fails the session the same way (destroyed, its server session
+ * terminated in case it is only half-open).
+ */
+import type { AcquireRequest, ExtendItem, Grant, LostCallback } from '../../backend.js';
+import { BackendError, ClosedError } from '../../errors.js';
+import { backendError, timed, type Conn, type Db, type Row } from './client.js';
+import { TransactionPoolerError, sqlState, type Dedicated } from './connect.js';
+import type { HeldLock, HolderRows } from './holders.js';
+import { lockParts } from './keys.js';
+import type { ServerQueue, Wait } from './queue.js';
+import { terminateHolder } from './reads.js';
+import type { Statements } from './sql.js';
+import { markTransient } from '../../transient.js';
+
+/** A lock this backend holds (on its session connection, or on the waiter connection it waited on). */
+export interface Held extends HeldLock {
+  readonly token: string;
+  /** Releases the lock when its validity runs out without an extension. */
+  timer: NodeJS.Timeout | null;
+}
+
+/** `classid:objid`, as pg_locks shows the lock. */
+const part = (lockKey: string) => {
+  const { classid, objid } = lockParts(BigInt(lockKey));
+  return `${classid}:${objid}`;
+};
+
+/** A lock just granted on `conn`: held, its expiry not armed yet. */
+export function newHeld(key: string, token: string, lockKey: string, fence: bigint, conn: Conn): Held {
+  return { key, token, lockKey, fence, conn, state: 'held', timer: null, value: null };
+}
+
+/** What the held locks need from their backend. */
+export interface LeasesHost {
+  readonly db: Db;
+  readonly sql: Statements;
+  readonly channel: string;
+  readonly timeoutMs: number;
+  /** The server pid of each session connection, as the server says (not the client's key data). */
+  readonly pids: WeakMap<Conn, number>;
+  /** The dedicated connection (the session that holds this backend's locks). */
+  readonly dedicated: Dedicated;
+  /** Waits in the server's lock queue (and the waiter connections a lock may be on). */
+  readonly queue: ServerQueue;
+  /** Holder rows (for inspect, list and watchers), written off the grant's path. */
+  readonly rows: HolderRows;
+  closed(): boolean;
+  /** A lease of `key` began: the runExclusive window its last attempt met is forgotten. */
+  windowOver(key: string): void;
+  /** A statement found the tables (or the sequence) gone (42P01). */
+  schemaGone(): void;
+  maybeIdle(): void;
+  track(p: Promise<unknown>): void;
+}
+
+export class Leases {
+  readonly held = new Map<string, Held>();
+  readonly lost = new Set<LostCallback>();
+
+  constructor(private readonly host: LeasesHost) {}
+
+  /** The lock of `key` while `token` holds it, or undefined. */
+  holding(key: string, token: string): Held | undefined {
+    const h = this.held.get(key);
+    if (!h || h.token !== token || h.state !== 'held') return undefined;
+    return h;
+  }
+
+  /** True while a lease of the backend is held on `conn`. */
+  holdsOn(conn: Conn): boolean {
+    for (const h of this.held.values()) if (h.conn === conn) return true;
+    return false;
+  }
+
+  /**
+   * The answer of a lock statement: a fence (decimal digits: granted), 'held' or `w<ms>` (a
+   * window); a moved or restarted session throws.
+   */
+  checkRow(conn: Conn, row: Row | undefined): string {
+    const r = row?.r;
+    if (typeof r === 'string' && r.length > 0) {
+      const c = r.charCodeAt(0);
+      if ((c >= 48 && c <= 57) || r === 'held' || c === 119) return r;
+    }
+    if (r === 'moved') {
+      const e = new TransactionPoolerError('a statement on the lock connection ran on another server session');
+      this.host.dedicated.pooled = e;
+      this.fail(conn, e);
+      throw e;
+    }
+    // another server start than the one whose epoch this connection read: never grant on it
+    const e = markTransient(new BackendError('postgres: the server restarted under the lock connection'));
+    this.fail(conn, e);
+    throw e;
+  }
+
+  /** A lock this session got: a lease, unless it came too late or the backend closed meanwhile. */
+  async granted(held: Held, request: AcquireRequest, calledAt: number): Promise<Grant | null> {
+    const { key, conn } = held;
+    this.held.set(key, held);
+    this.host.windowOver(key);
+    // a grant that arrives after its own validity (a starved process) is void: let it go
+    const late = performance.now() >= calledAt + request.ttlMs - Math.floor(request.ttlMs * 0.01) - 2;
+    if (late && !this.host.closed() && !conn.closed) {
+      await this.unlock(held);
+      return null;
+    }
+    if (this.host.closed()) {
+      if (!conn.closed) await this.unlock(held);
+      this.held.delete(key);
+      throw new ClosedError('postgres: backend closed');
+    }
+    if (conn.closed) {
+      // the session of this grant ended before it was claimed (a waiter connection): no lock
+      if (this.held.get(key) === held) this.held.delete(key);
+      return null;
+    }
+    this.expireAt(held, calledAt + request.ttlMs);
+    this.host.rows.add(held, request.value ?? null);
+    // a holder value (an election's leader) is visible to everyone once the grant resolves
+    if (request.value !== undefined) await this.host.rows.flush(key);
+    return { fence: held.fence };
+  }
+
+  /** A granted wait becomes a lease of the caller whose attempt claims it. */
+  claim(w: Wait, request: AcquireRequest, calledAt: number): Promise<Grant | null> {
+    return this.granted(this.takeWait(w, request.token), request, calledAt);
+  }
+
+  /**
+   * A granted wait becomes the caller's lease at once, with no statement (`handedOver`, in
+   * session.ts, checked that it needs no I/O: no holder value, backend and connection open).
+   */
+  handedOver(key: string, w: Wait, request: AcquireRequest): Grant {
+    const held = this.takeWait(w, request.token);
+    this.held.set(key, held);
+    this.host.windowOver(key);
+    this.expireAt(held, performance.now() + request.ttlMs);
+    this.host.rows.add(held, null);
+    return { fence: held.fence };
+  }
+
+  /** A granted wait ends; its lock is the caller's from now on (on the waiter connection). */
+  private takeWait(w: Wait, token: string): Held {
+    this.host.queue.take(w);
+    return newHeld(w.key, token, w.lockKey, w.fence, w.conn!);
+  }
+
+  /** The liveness probe: one statement per session connection, whatever the number of leases. */
+  async extend(items: readonly ExtendItem[]): Promise<boolean[]> {
+    const out = items.map(() => false);
+    const byConn = new Map<Conn, number[]>();
+    items.forEach((item, i) => {
+      const h = this.held.get(item.key);
+      if (!h || h.token !== item.token || h.state !== 'held' || h.conn.closed) return;
+      const list = byConn.get(h.conn);
+      if (list) list.push(i);
+      else byConn.set(h.conn, [i]);
+    });
+    await Promise.all([...byConn].map(([conn, idx]) => this.probe(conn, items, idx, out)));
+    return out;
+  }
+
+  private async probe(conn: Conn, items: readonly ExtendItem[], idx: number[], out: boolean[]): Promise<void> {
+    const minTtl = Math.min(...idx.map((i) => items[i]!.ttlMs));
+    const ms = Math.min(this.host.timeoutMs, Math.max(Math.floor(minTtl / 3), 200));
+    const sentAt = performance.now();
+    let here: Set<string>;
+    try {
+      here = new Set(
+        (await timed(conn.prepared(this.host.sql.heldHere), ms, 'liveness probe')).map((r) => String(r.k)),
+      );
+    } catch (e) {
+      this.fail(conn, e);
+      return;
+    }
+    const gone = new BackendError('postgres: the session no longer holds the advisory lock');
+    for (const i of idx) {
+      const h = this.held.get(items[i]!.key);
+      if (!h || h.conn !== conn || h.state !== 'held') continue;
+      if (here.has(part(h.lockKey))) {
+        this.expireAt(h, sentAt + items[i]!.ttlMs);
+        out[i] = true;
+      } else {
+        this.lose(h, gone);
+      }
+    }
+  }
+
+  async release(key: string, token: string): Promise<boolean> {
+    const h = this.holding(key, token);
+    if (!h) return false;
+    return this.unlock(h);
+  }
+
+  /**
+   * runExclusive's window: stored (durably) as a row with an expiry that every acquire checks,
+   * then the live lock is let go. False if the lease was no longer ours.
+   */
+  async keep(key: string, token: string, ms: number): Promise<boolean> {
+    const h = this.holding(key, token);
+    if (!h) return false;
+    try {
+      await timed(
+        h.conn.query(this.host.sql.keepWindow, [key, String(Math.ceil(ms)), h.fence.toString()]),
+        this.host.timeoutMs,
+        'keep window',
+      );
+    } catch (e) {
+      throw backendError(e, 'keep window');
+    }
+    await this.unlock(h);
+    return true;
+  }
+
+  async unlock(h: Held): Promise<boolean> {
+    const { dedicated, queue } = this.host;
+    h.state = 'releasing';
+    this.disarm(h);
+    this.host.rows.remove(h);
+    if (this.held.get(h.key) === h) this.held.delete(h.key);
+    // a waiter connection is ready for the next wait at once: its statements run in order, the
+    // next wait's after this release
+    if (h.conn !== dedicated.current) queue.spareBack(h.conn);
+    try {
+      const rows = await timed(
+        h.conn.prepared(this.host.sql.release, [h.lockKey, this.host.channel, h.key]),
+        this.host.timeoutMs,
+        'release',
+      );
+      if (Number(rows[0]?.pid) !== this.host.pids.get(h.conn)) {
+        const e = new TransactionPoolerError('a release ran on another server session');
+        dedicated.pooled = e;
+        this.fail(h.conn, e); // ends the session that still holds the locks
+        return false;
+      }
+      return rows[0]?.ok === true;
+    } catch (e) {
+      // unknown whether the lock (or any other on this session) is still held: end the session
+      this.fail(h.conn, e);
+      return false;
+    } finally {
+      this.host.maybeIdle();
+    }
+  }
+
+  /** Lets go of a lock already reported lost (its validity ran out); fails the session if unsure. */
+  private async unlockLost(h: Held): Promise<void> {
+    if (h.conn.closed) return;
+    try {
+      await timed(
+        h.conn.prepared(this.host.sql.release, [h.lockKey, this.host.channel, h.key]),
+        this.host.timeoutMs,
+        'release',
+      );
+    } catch (e) {
+      this.fail(h.conn, e);
+    }
+    if (h.conn !== this.host.dedicated.current) this.host.queue.spareBack(h.conn);
+  }
+
+  /** The connection closed or errored: every lease on it is lost. */
+  sessionEnded(conn: Conn, cause: unknown): void {
+    this.host.dedicated.ended(conn);
+    this.host.queue.forget(conn);
+    conn.destroy(cause); // the pool drops it (a closed connection cannot go back)
+    for (const h of [...this.held.values()]) if (h.conn === conn) this.lose(h, cause);
+  }
+
+  /** Gives up on the session: every lease on it is lost; a half-open server session is ended. */
+  fail(conn: Conn, cause: unknown): void {
+    const mine = [...this.held.values()].filter((h) => h.conn === conn).map((h) => part(h.lockKey));
+    const wasOpen = !conn.closed;
+    this.sessionEnded(conn, cause);
+    if (wasOpen) {
+      this.host.track(terminateHolder(this.host.db, this.host.timeoutMs, this.host.pids.get(conn) ?? conn.pid, mine));
+    }
+  }
+
+  /**
+   * After a failed statement: a server-side error (SQLSTATE) left a healthy connection, on which
+   * any lock the statement took is let go; anything else (timeout, connection error, failed
+   * clean-up) ends the session.
+   */
+  async afterFailure(conn: Conn, lockKey: string | null, e: unknown): Promise<void> {
+    const state = sqlState(e);
+    if (state === '42P01') {
+      // the tables (or the sequence) are gone: re-created on the next use, with a new epoch
+      this.host.schemaGone();
+    }
+    if (conn.closed || !state || state.startsWith('08') || state.startsWith('57')) return this.fail(conn, e);
+    if (lockKey === null) return;
+    const { classid, objid } = lockParts(BigInt(lockKey));
+    try {
+      await timed(conn.query(this.host.sql.unlockIfHeld, [lockKey, classid, objid]), this.host.timeoutMs, 'clean-up');
+    } catch (e2) {
+      this.fail(conn, e2);
+    }
+  }
+
+  lose(h: Held, cause: unknown): void {
+    if (h.state !== 'held') return;
+    h.state = 'lost';
+    this.disarm(h);
+    this.host.rows.remove(h);
+    if (this.held.get(h.key) === h) this.held.delete(h.key);
+    for (const cb of this.lost) {
+      try {
+        cb(h.key, h.token, cause);
+      } catch {
+        // a listener's failure must not stop the others
+      }
+    }
+    this.host.maybeIdle();
+  }
+
+  expireAt(h: Held, at: number): void {
+    this.disarm(h);
+    const timer = setTimeout(
+      () => {
+        h.timer = null;
+        if (h.state !== 'held') return;
+        // the holder's validity ran out: it is told (the lease is lost), then the lock is let go
+        this.lose(h, new BackendError('postgres: the lease ran out of validity without a renewal'));
+        this.host.track(this.unlockLost(h));
+      },
+      Math.max(0, Math.min(at - performance.now(), 2_147_483_647)),
+    );
+    timer.unref();
+    h.timer = timer;
+  }
+
+  private disarm(h: Held): void {
+    if (h.timer) clearTimeout(h.timer);
+    h.timer = null;
+  }
+}
