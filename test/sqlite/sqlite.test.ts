@@ -147,7 +147,31 @@ describe('sqlite: behaviour', () => {
       other.prepare('ROLLBACK').run();
       other.close();
     }
+    // its first use (the open) met the locked database: once the lock is gone, the same backend
+    // works (it kept the failed open and refused every call for good)
+    const after = await quick.acquire('busy2', { wait: 0 });
+    expect(after.held).toBe(true);
+    await after.release();
     await Promise.all([locks.close(), quick.close()]);
+  });
+
+  test("on a connection the caller passed, the caller's synchronous setting is never lowered", async () => {
+    const path = dbs.path();
+    for (const [theirs, expected] of [
+      [2, 2], // FULL stays FULL (it became NORMAL for every transaction of the caller's)
+      [3, 3], // EXTRA stays EXTRA
+      [0, 1], // OFF is raised to what leasehold needs: NORMAL
+    ] as const) {
+      const db = new Database(path);
+      db.pragma(`synchronous = ${theirs}`);
+      const locks = createLocks(sqlite(db));
+      await (await locks.acquire('sync')).release();
+      expect(db.pragma('synchronous', { simple: true }), `caller's ${theirs}`).toBe(expected);
+      await locks.close();
+      expect(db.pragma('synchronous', { simple: true })).toBe(expected);
+      db.close();
+    }
+    // on its own connection (a path) the default stays NORMAL: nothing else shares it
   });
 
   test('a waiter that died in the queue holds up a free lock for its place (3 s), not its TTL', async () => {

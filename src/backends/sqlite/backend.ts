@@ -110,7 +110,12 @@ export class SqliteBackend implements Backend {
   init(): Promise<void> {
     // a backend closed before its first use opens nothing: its calls get ClosedError
     if (this.closed && !this.opening) return Promise.reject(new ClosedError('this sqlite backend is closed'));
-    this.opening ??= this.open();
+    // a failed open (a database another process kept locked past busyTimeout) is not kept: the
+    // next call opens again (open() is safe to re-run)
+    this.opening ??= this.open().catch((e: unknown) => {
+      if (!this.closed) this.opening = null;
+      throw e;
+    });
     return this.opening;
   }
 
@@ -122,10 +127,14 @@ export class SqliteBackend implements Backend {
         throw new BackendError(`sqlite: could not switch ${db.name} to WAL (journal_mode is ${String(mode)})`);
       }
     }
-    // the clock check is a rare write that must survive a power loss: one synced commit
+    // the clock check is a rare write that must survive a power loss: one synced commit; on a
+    // connection the caller passed, its own setting is never lowered (its transactions share it)
+    const theirs = this.config.owned ? 0 : Number(db.pragma('synchronous', { simple: true }));
     db.pragma('synchronous = FULL');
     await this.retry('open', () => this.tx(() => migrate(db, this.clock)));
-    if (this.config.synchronous === 'normal' && this.clock.monotonic) db.pragma('synchronous = NORMAL');
+    const ours = this.config.synchronous === 'normal' && this.clock.monotonic ? 1 : 2; // NORMAL : FULL
+    const level = Math.max(ours, theirs);
+    if (level !== 2) db.pragma(`synchronous = ${level}`);
     this.st = new Statements(db);
     this.poller = new Poller(this.st, this.clock, this.config.pollMs);
     this.leaveHub = joinHub(this.id, (key) => this.poller?.changed(key));
