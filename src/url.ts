@@ -160,12 +160,20 @@ async function redisClient(url: string, keepIfDown = false): Promise<RedisClient
     }
     return { client, close };
   }
-  const client = mod.createClient({ url, socket: { connectTimeout: 5000 } });
+  // node-redis retries a first connect forever by default (a refused connection, a database the
+  // server does not have): connect() would never settle. Until it is ready a failure ends it;
+  // after that a lost connection is retried as node-redis does by default
+  let ready = false;
+  const reconnectStrategy = (retries: number, cause: unknown) =>
+    ready ? Math.min(retries * 50, 500) : cause instanceof Error ? cause : new Error(String(cause));
+  const client = mod.createClient({ url, socket: { connectTimeout: 5000, reconnectStrategy } });
   client.on('error', () => {});
+  client.on('ready', () => (ready = true));
   try {
-    await client.connect();
+    // and a server that accepts the socket but never answers the handshake
+    await race(client.connect(), { ms: 5000, onTimeout: () => new Error('no answer within 5000ms') });
   } catch (e) {
-    await client.destroy?.();
+    await Promise.resolve(client.destroy?.()).catch(() => {});
     throw connectError(safe, url, e);
   }
   const polite = () => (client.close ? client.close() : client.quit());
