@@ -6,7 +6,6 @@
  * chunk of leases, all chunks pipelined in one round trip. Each backend subscribes to its own
  * channel once; a waiter also re-checks within a bound (a lost message, a dead head).
  */
-import { randomBytes } from 'node:crypto';
 import { inspect } from 'node:util';
 import type {
   AcquireRequest,
@@ -23,18 +22,10 @@ import { driftMs } from '../../lease.js';
 import { checkBoolean, checkOptions } from '../../validate.js';
 import { now } from '../../wait.js';
 import { adapt } from './adapt.js';
-import type { RedisAdapter, RedisClientLike, ScriptCall } from './client.js';
-import {
-  ACQUIRE,
-  EXTEND_MANY,
-  GET_RESULT,
-  INSPECT,
-  LEAVE,
-  PUT_RESULT,
-  REFRESH_MANY,
-  RELEASE,
-  RENEW_SESSION,
-} from './scripts.js';
+import type { RedisAdapter, RedisClientLike } from './client.js';
+import { CHUNK, checkClusterKey, declared, lockKeyOf, redisKeys } from './keys.js';
+import { ACQUIRE, EXTEND_MANY, GET_RESULT, INSPECT, LEAVE, PUT_RESULT, RELEASE } from './scripts.js';
+import { Sessions } from './session.js';
 import { Wakeups } from './wakeups.js';
 import { redisAdmin } from './list.js';
 import { Watchers } from './watch.js';
@@ -43,6 +34,7 @@ import { markTransient } from '../../transient.js';
 
 export { fencedSet, fenceKeyOf, resourceKeyOf } from './fenced.js';
 export { adapt } from './adapt.js';
+export { checkClusterKey, redisKeys } from './keys.js';
 export {
   script,
   type IoredisLike,
@@ -93,94 +85,6 @@ export interface RedisConfig {
 /** A hand-over's claim lease: a few round trips on a loaded machine; a dead head costs this once. */
 const CLAIM_MS = 500;
 
-/** The lock's own Redis key (its hash tag): what waits and hand-overs are keyed by. */
-const lockKeyOf = (key: string): string => `{${key}}`;
-
-/**
- * On a Cluster, the full key `key` cannot be used when the hash tag of its lock key as sent
- * (`<client keyPrefix>{<key>}`) is empty: Redis hashes the part between the first '{' and the
- * first '}' after it, or the whole key when that part is empty ('}' first in `key`, as with a
- * prefix '}app'), and the lock and its fence counter would then land in different slots
- * (CROSSSLOT at every acquire). Any other '{' or '}' in the key still gives every key of the
- * lock one tag, and a single server has no slots: those keys are left as they are.
- */
-export function checkClusterKey(keyPrefix: string, key: string): void {
-  const k = `${keyPrefix}{${key}}`;
-  const open = k.indexOf('{');
-  if (k.indexOf('}', open + 1) !== open + 1) return;
-  throw new InvalidArgumentError(
-    `redis: on a Cluster a lock key cannot begin with '}' (the key's hash tag would be empty, its keys in different slots): ${JSON.stringify(key.slice(0, 64))}`,
-  );
-}
-
-/** The Redis keys of one lock. */
-export function redisKeys(key: string) {
-  const k = lockKeyOf(key);
-  return {
-    lock: k,
-    fence: `${k}:fence`,
-    q: `${k}:q`,
-    qx: `${k}:qx`,
-    value: `${k}:v`,
-    result: `${k}:result`,
-    qv: `${k}:qv`,
-    changed: `${k}:changed`,
-  };
-}
-
-/** Leases per EXTEND_MANY call (all calls of a tick are pipelined together). */
-const CHUNK = 256;
-
-/**
- * Session mode: the PX of a lock that hangs off a session, at least (3 × its TTL if longer). It
- * only bounds how long the key of a dead session's lock lingers (it is free from the moment the
- * session lapsed); the holder refreshes it after a third of it, a few leases per tick.
- */
-const LOCK_PX_MIN = 600_000;
-
-/** One session key of a backend (one per TTL): its leases' locks are held while it lives. */
-interface Session {
-  readonly key: string;
-  readonly ttlMs: number;
-  /**
-   * A reply about it came back: from then on the key is never created again (a lapsed one stays
-   * dead). Until then, acquires may create it (they may reach the server in any order).
-   */
-  confirmed: boolean;
-  /** Monotonic time until which the key lives for sure (its last renewal's send time + TTL - drift). */
-  validUntil: number;
-  dead: boolean;
-  /** Tokens of its leases that are no longer held (a rare refresh found the lock changed). */
-  lost: string[];
-}
-
-/** A lease that hangs off a session: when its lock's long PX is due for a refresh. */
-interface Binding {
-  readonly key: string;
-  readonly token: string;
-  readonly session: Session;
-  /** Monotonic time the refresh is due: a third of the PX after the last confirmed one was sent. */
-  refreshAt: number;
-  /**
-   * Monotonic time until which the lock's long PX lives for sure: the last confirmed refresh's
-   * (or the grant's) send time + the PX - drift. Past it the lease is lost, whatever its session.
-   */
-  validTo: number;
-}
-
-/**
- * ACQUIRE's and RELEASE's keys on a Cluster: every key they may touch (scripts.ts, ACQUIRE, says
- * why); a single server passes the lock and its fence counter only.
- */
-const declared = (lock: string): string[] => [
-  lock,
-  `${lock}:fence`,
-  `${lock}:q`,
-  `${lock}:qx`,
-  `${lock}:v`,
-  `${lock}:qv`,
-];
-
 /** A backend over one Redis server, through the caller's ioredis or node-redis client (never closed by us). */
 export function redis(client: RedisClientLike, options?: RedisOptions): RedisBackend {
   const o = checkOptions<RedisOptions>(options, ['lingerMs', 'placeTtl', 'fenceIdle', 'session'], 'redis');
@@ -225,10 +129,8 @@ export class RedisBackend implements Backend {
   private readonly wakeups: Wakeups;
   private readonly watchers: Watchers;
   private closed = false;
-  /** Session mode: the current session of each TTL, every session by key, leases by token (grant order). */
-  private readonly current = new Map<number, Session>();
-  private readonly sessions = new Map<string, Session>();
-  private readonly bound = new Map<string, Binding>();
+  /** Session mode: its sessions and the leases that hang off them (session.ts). */
+  private readonly sessions?: Sessions;
 
   constructor(
     readonly adapter: RedisAdapter,
@@ -239,42 +141,11 @@ export class RedisBackend implements Backend {
     this.watchers = new Watchers(adapter, cfg.lingerMs);
     Object.assign(this, redisAdmin(adapter, redisKeys, cfg)); // list, forceRelease
     if (cfg.session) {
-      this.renewSessions = (ids) => this.renew(ids);
-      this.validUntil = (key, token) => {
-        const b = this.bound.get(token);
-        return b?.key === key ? b.validTo : undefined;
-      };
+      const sessions = new Sessions(adapter, cfg.lockPxMinMs, (ttl) => this.fenceTtl(ttl));
+      this.sessions = sessions;
+      this.renewSessions = (ids) => sessions.renew(ids);
+      this.validUntil = (key, token) => sessions.validUntil(key, token);
     }
-  }
-
-  /** Session mode: the PX of a lock that hangs off a session of `ttlMs` (LOCK_PX_MIN, or 3 × ttl). */
-  private lockPx(ttlMs: number): number {
-    return Math.max(this.cfg.lockPxMinMs ?? LOCK_PX_MIN, 3 * ttlMs);
-  }
-
-  /** The live session for leases of `ttlMs` (a new one once the last lapsed by our clock). */
-  private session(ttlMs: number): Session {
-    let s = this.current.get(ttlMs);
-    if (s && !s.dead && (!s.confirmed || now() < s.validUntil)) return s;
-    if (s) this.ended(s);
-    s = {
-      key: `leasehold-session:${randomBytes(16).toString('base64url')}:${ttlMs}`,
-      ttlMs,
-      confirmed: false,
-      validUntil: -Infinity,
-      dead: false,
-      lost: [],
-    };
-    this.current.set(ttlMs, s);
-    this.sessions.set(s.key, s);
-    return s;
-  }
-
-  /** A session that lapsed (or may have): its key is never renewed or created again. */
-  private ended(s: Session): void {
-    s.dead = true;
-    if (this.current.get(s.ttlMs) === s) this.current.delete(s.ttlMs);
-    this.sessions.delete(s.key);
   }
 
   /** A closed backend grants, renews and reads nothing (a release still goes through). */
@@ -287,7 +158,8 @@ export class RedisBackend implements Backend {
     if (this.adapter.cluster) checkClusterKey(this.adapter.keyPrefix, key);
     const lock = lockKeyOf(key);
     const queue = req.queue === true;
-    const s = this.cfg.session && req.renew === true ? this.session(req.ttlMs) : null;
+    const sessions = this.sessions;
+    const s = sessions && req.renew === true ? sessions.session(req.ttlMs) : null;
     const { token } = req;
     const { fenceIdleMs, placeMs, claimMs } = this.cfg;
     const value = req.value ?? '';
@@ -317,7 +189,7 @@ export class RedisBackend implements Backend {
                 placeMs,
                 claimMs,
                 changed,
-                this.lockPx(req.ttlMs),
+                sessions!.lockPx(req.ttlMs),
                 s.confirmed ? '0' : '1',
               ],
             }
@@ -336,21 +208,16 @@ export class RedisBackend implements Backend {
     if (s && r === 'gone') {
       // the session lapsed (a pause, an eviction): its leases are lost; a new one takes this lease
       if (queue) this.wakeups.forget(lock);
-      this.ended(s);
+      sessions!.ended(s);
       if (retried)
         throw markTransient(new BackendError('redis: a new session key lapsed at once (is the server evicting keys?)'));
       return this.acquire(key, req, true);
     }
-    if (s && !s.dead) {
-      s.confirmed = true;
-      s.validUntil = Math.max(s.validUntil, sentAt + s.ttlMs - driftMs(s.ttlMs));
-    }
+    if (s) sessions!.confirm(s, sentAt);
     if (typeof r === 'string') {
       if (queue) this.wakeups.forget(lock);
       if (!s) return { fence: BigInt(r) };
-      this.bound.delete(token);
-      const px = this.lockPx(s.ttlMs);
-      this.bound.set(token, { key, token, session: s, refreshAt: sentAt + px / 3, validTo: sentAt + px - driftMs(px) });
+      sessions!.bind(key, token, s, sentAt);
       return { fence: BigInt(r), session: s.key };
     }
     if (queue) {
@@ -392,84 +259,8 @@ export class RedisBackend implements Backend {
     const { calls, order } = renewalCalls(items, all, EXTEND_MANY, CHUNK, (ttl) => this.fenceTtl(ttl));
     const out: boolean[] = new Array(items.length);
     spreadFlags(await this.adapter.run(calls), order, out);
-    // a lease extended by itself has left its session (or was lost)
-    if (this.bound.size > 0) for (const { token } of items) this.bound.delete(token);
+    this.sessions?.extended(items);
     return out;
-  }
-
-  /**
-   * Session mode: renews `ids` (one RENEW_SESSION each) and refreshes the long PX of the locks
-   * whose refresh is due (a few per tick), all in one pipeline: one round trip per tick. A
-   * refresh counts only once its reply came back: after a failed round trip it is still due, and
-   * the next tick sends it again. A lock whose PX may have run out (no refresh confirmed for its
-   * PX minus drift) is lost, reported with its session's next renewal.
-   */
-  private async renew(ids: readonly string[]): Promise<SessionRenewal[]> {
-    const calls: ScriptCall[] = [];
-    const live: (Session | null)[] = ids.map((id) => {
-      const s = this.sessions.get(id);
-      if (!s || s.dead) return null;
-      calls.push({ script: RENEW_SESSION, keys: [s.key, `${s.key}:lost`], args: [s.ttlMs] });
-      return s;
-    });
-    const t = now();
-    const due: Binding[] = [];
-    for (const b of this.bound.values()) {
-      if (b.refreshAt > t) break; // grant (or refresh) order: the rest are due later
-      due.push(b);
-    }
-    const refresh: Binding[] = [];
-    for (const b of due) {
-      if (b.session.dead) this.bound.delete(b.token);
-      else if (t >= b.validTo) {
-        // no refresh confirmed in time: the lock's PX may have run out while its session lived
-        this.bound.delete(b.token);
-        b.session.lost.push(b.token);
-      } else refresh.push(b);
-    }
-    // the lock's value names the session key as ACQUIRE stored it: with the client's keyPrefix
-    const kp = this.adapter.keyPrefix;
-    for (let i = 0; i < refresh.length; i += CHUNK) {
-      const keys: string[] = [];
-      const args: (string | number)[] = [];
-      for (const b of refresh.slice(i, i + CHUNK)) {
-        const k = `{${b.key}}`;
-        const px = this.lockPx(b.session.ttlMs);
-        keys.push(k, `${k}:v`, `${k}:fence`);
-        args.push(`${b.token}|${kp}${b.session.key}`, px, this.fenceTtl(px));
-      }
-      calls.push({ script: REFRESH_MANY, keys, args });
-    }
-    const res = calls.length > 0 ? await this.adapter.run(calls) : [];
-    for (const r of res) if (r instanceof Error) throw r;
-    let c = 0;
-    const renewed = live.map((s) => (s ? (res[c++] as unknown[]) : null));
-    const flags = this.flags(res.slice(c));
-    refresh.forEach((b, i) => {
-      // released or extended by itself meanwhile: no longer bound
-      if (this.bound.get(b.token) !== b) return;
-      this.bound.delete(b.token);
-      if (!flags[i]) {
-        b.session.lost.push(b.token);
-        return;
-      }
-      // confirmed: due again a third of the PX after this call was sent (the end of the order)
-      const px = this.lockPx(b.session.ttlMs);
-      b.refreshAt = t + px / 3;
-      b.validTo = Math.max(b.validTo, t + px - driftMs(px));
-      this.bound.set(b.token, b);
-    });
-    return live.map((s, i) => {
-      const r = renewed[i];
-      if (!s || !Array.isArray(r) || Number(r[0]) !== 1) {
-        if (s) this.ended(s);
-        return { ok: false, lost: [] };
-      }
-      if (!s.dead) s.validUntil = Math.max(s.validUntil, t + s.ttlMs - driftMs(s.ttlMs));
-      const lost = [...s.lost, ...r.slice(1).map(String)];
-      s.lost = [];
-      return { ok: true, lost };
-    });
   }
 
   /** A held lock's fence counter lives at least as long as the lock (inspect reads it). */
@@ -477,18 +268,8 @@ export class RedisBackend implements Backend {
     return Math.max(this.cfg.fenceIdleMs, ttlMs);
   }
 
-  private flags(res: unknown[]): boolean[] {
-    const out: boolean[] = [];
-    for (const r of res) {
-      if (r instanceof Error) throw r;
-      if (Array.isArray(r)) for (const x of r) out.push(Number(x) === 1);
-      else out.push(Number(r) === 1);
-    }
-    return out;
-  }
-
   async release(key: string, token: string): Promise<boolean> {
-    this.bound.delete(token);
+    this.sessions?.unbind(token);
     const lock = lockKeyOf(key);
     const [r] = await this.adapter.run([
       {

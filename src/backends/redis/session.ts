@@ -1,0 +1,213 @@
+/**
+ * Session mode of the Redis backend (RedisOptions.session): renewed leases hang off one session
+ * key per TTL, and a renewal tick renews those keys, plus the long PX of the few locks whose
+ * refresh is due, in one round trip. RedisBackend (index.ts) delegates its session work here.
+ */
+import { randomBytes } from 'node:crypto';
+import type { ExtendItem, SessionRenewal } from '../../backend.js';
+import { driftMs } from '../../lease.js';
+import { now } from '../../wait.js';
+import type { RedisAdapter, ScriptCall } from './client.js';
+import { CHUNK } from './keys.js';
+import { REFRESH_MANY, RENEW_SESSION } from './scripts.js';
+
+/**
+ * Session mode: the PX of a lock that hangs off a session, at least (3 × its TTL if longer). It
+ * only bounds how long the key of a dead session's lock lingers (it is free from the moment the
+ * session lapsed); the holder refreshes it after a third of it, a few leases per tick.
+ */
+const LOCK_PX_MIN = 600_000;
+
+/** One session key of a backend (one per TTL): its leases' locks are held while it lives. */
+export interface Session {
+  readonly key: string;
+  readonly ttlMs: number;
+  /**
+   * A reply about it came back: from then on the key is never created again (a lapsed one stays
+   * dead). Until then, acquires may create it (they may reach the server in any order).
+   */
+  confirmed: boolean;
+  /** Monotonic time until which the key lives for sure (its last renewal's send time + TTL - drift). */
+  validUntil: number;
+  dead: boolean;
+  /** Tokens of its leases that are no longer held (a rare refresh found the lock changed). */
+  lost: string[];
+}
+
+/** A lease that hangs off a session: when its lock's long PX is due for a refresh. */
+interface Binding {
+  readonly key: string;
+  readonly token: string;
+  readonly session: Session;
+  /** Monotonic time the refresh is due: a third of the PX after the last confirmed one was sent. */
+  refreshAt: number;
+  /**
+   * Monotonic time until which the lock's long PX lives for sure: the last confirmed refresh's
+   * (or the grant's) send time + the PX - drift. Past it the lease is lost, whatever its session.
+   */
+  validTo: number;
+}
+
+/** A session-mode backend's sessions and the leases that hang off them. */
+export class Sessions {
+  /** The current session of each TTL, every session by key, leases by token (grant order). */
+  private readonly current = new Map<number, Session>();
+  private readonly sessions = new Map<string, Session>();
+  private readonly bound = new Map<string, Binding>();
+
+  /**
+   * `lockPxMinMs`: RedisConfig.lockPxMinMs (LOCK_PX_MIN when absent); `fenceTtl`: the backend's
+   * (a held lock's fence counter lives at least as long as the lock).
+   */
+  constructor(
+    private readonly adapter: RedisAdapter,
+    private readonly lockPxMinMs: number | undefined,
+    private readonly fenceTtl: (ttlMs: number) => number,
+  ) {}
+
+  /** The PX of a lock that hangs off a session of `ttlMs` (LOCK_PX_MIN, or 3 × ttl). */
+  lockPx(ttlMs: number): number {
+    return Math.max(this.lockPxMinMs ?? LOCK_PX_MIN, 3 * ttlMs);
+  }
+
+  /** The live session for leases of `ttlMs` (a new one once the last lapsed by our clock). */
+  session(ttlMs: number): Session {
+    let s = this.current.get(ttlMs);
+    if (s && !s.dead && (!s.confirmed || now() < s.validUntil)) return s;
+    if (s) this.ended(s);
+    s = {
+      key: `leasehold-session:${randomBytes(16).toString('base64url')}:${ttlMs}`,
+      ttlMs,
+      confirmed: false,
+      validUntil: -Infinity,
+      dead: false,
+      lost: [],
+    };
+    this.current.set(ttlMs, s);
+    this.sessions.set(s.key, s);
+    return s;
+  }
+
+  /** A session that lapsed (or may have): its key is never renewed or created again. */
+  ended(s: Session): void {
+    s.dead = true;
+    if (this.current.get(s.ttlMs) === s) this.current.delete(s.ttlMs);
+    this.sessions.delete(s.key);
+  }
+
+  /** An acquire naming `s`, sent at `sentAt`, had its reply (not 'gone'): the key lives for sure till then + TTL. */
+  confirm(s: Session, sentAt: number): void {
+    if (s.dead) return;
+    s.confirmed = true;
+    s.validUntil = Math.max(s.validUntil, sentAt + s.ttlMs - driftMs(s.ttlMs));
+  }
+
+  /** The lease `token` of `key` was granted on `s` by an acquire sent at `sentAt`: it hangs off `s`. */
+  bind(key: string, token: string, s: Session, sentAt: number): void {
+    this.bound.delete(token);
+    const px = this.lockPx(s.ttlMs);
+    this.bound.set(token, { key, token, session: s, refreshAt: sentAt + px / 3, validTo: sentAt + px - driftMs(px) });
+  }
+
+  /** A lease released: no longer bound. */
+  unbind(token: string): void {
+    this.bound.delete(token);
+  }
+
+  /** Leases extended by themselves: no longer bound. */
+  extended(items: readonly ExtendItem[]): void {
+    // a lease extended by itself has left its session (or was lost)
+    if (this.bound.size > 0) for (const { token } of items) this.bound.delete(token);
+  }
+
+  /** A lease that hangs off a session is valid only while its lock's long PX surely lives. */
+  validUntil(key: string, token: string): number | undefined {
+    const b = this.bound.get(token);
+    return b?.key === key ? b.validTo : undefined;
+  }
+
+  /**
+   * Renews `ids` (one RENEW_SESSION each) and refreshes the long PX of the locks whose refresh
+   * is due (a few per tick), all in one pipeline: one round trip per tick. A refresh counts only
+   * once its reply came back: after a failed round trip it is still due, and the next tick sends
+   * it again. A lock whose PX may have run out (no refresh confirmed for its PX minus drift) is
+   * lost, reported with its session's next renewal.
+   */
+  async renew(ids: readonly string[]): Promise<SessionRenewal[]> {
+    const calls: ScriptCall[] = [];
+    const live: (Session | null)[] = ids.map((id) => {
+      const s = this.sessions.get(id);
+      if (!s || s.dead) return null;
+      calls.push({ script: RENEW_SESSION, keys: [s.key, `${s.key}:lost`], args: [s.ttlMs] });
+      return s;
+    });
+    const t = now();
+    const due: Binding[] = [];
+    for (const b of this.bound.values()) {
+      if (b.refreshAt > t) break; // grant (or refresh) order: the rest are due later
+      due.push(b);
+    }
+    const refresh: Binding[] = [];
+    for (const b of due) {
+      if (b.session.dead) this.bound.delete(b.token);
+      else if (t >= b.validTo) {
+        // no refresh confirmed in time: the lock's PX may have run out while its session lived
+        this.bound.delete(b.token);
+        b.session.lost.push(b.token);
+      } else refresh.push(b);
+    }
+    // the lock's value names the session key as ACQUIRE stored it: with the client's keyPrefix
+    const kp = this.adapter.keyPrefix;
+    for (let i = 0; i < refresh.length; i += CHUNK) {
+      const keys: string[] = [];
+      const args: (string | number)[] = [];
+      for (const b of refresh.slice(i, i + CHUNK)) {
+        const k = `{${b.key}}`;
+        const px = this.lockPx(b.session.ttlMs);
+        keys.push(k, `${k}:v`, `${k}:fence`);
+        args.push(`${b.token}|${kp}${b.session.key}`, px, this.fenceTtl(px));
+      }
+      calls.push({ script: REFRESH_MANY, keys, args });
+    }
+    const res = calls.length > 0 ? await this.adapter.run(calls) : [];
+    for (const r of res) if (r instanceof Error) throw r;
+    let c = 0;
+    const renewed = live.map((s) => (s ? (res[c++] as unknown[]) : null));
+    const flags = this.flags(res.slice(c));
+    refresh.forEach((b, i) => {
+      // released or extended by itself meanwhile: no longer bound
+      if (this.bound.get(b.token) !== b) return;
+      this.bound.delete(b.token);
+      if (!flags[i]) {
+        b.session.lost.push(b.token);
+        return;
+      }
+      // confirmed: due again a third of the PX after this call was sent (the end of the order)
+      const px = this.lockPx(b.session.ttlMs);
+      b.refreshAt = t + px / 3;
+      b.validTo = Math.max(b.validTo, t + px - driftMs(px));
+      this.bound.set(b.token, b);
+    });
+    return live.map((s, i) => {
+      const r = renewed[i];
+      if (!s || !Array.isArray(r) || Number(r[0]) !== 1) {
+        if (s) this.ended(s);
+        return { ok: false, lost: [] };
+      }
+      if (!s.dead) s.validUntil = Math.max(s.validUntil, t + s.ttlMs - driftMs(s.ttlMs));
+      const lost = [...s.lost, ...r.slice(1).map(String)];
+      s.lost = [];
+      return { ok: true, lost };
+    });
+  }
+
+  private flags(res: unknown[]): boolean[] {
+    const out: boolean[] = [];
+    for (const r of res) {
+      if (r instanceof Error) throw r;
+      if (Array.isArray(r)) for (const x of r) out.push(Number(x) === 1);
+      else out.push(Number(r) === 1);
+    }
+    return out;
+  }
+}
