@@ -16,8 +16,11 @@ import { memory, MemoryStore } from 'leasehold/memory';
 
 const url = process.argv[2] ?? process.env.LEASEHOLD_URL;
 const store = new MemoryStore();
+// redis:// URLs separated by commas are Redlock's nodes; any other URL is passed whole (etcd:// and
+// redis+cluster:// list their hosts with commas too)
+const REDLOCK_LIST = /^rediss?:\/\/[^,]+(,rediss?:\/\/[^,]+)+$/;
 const backend = (): Promise<Backend> =>
-  url ? fromUrl(url.includes(',') ? url.split(',') : url) : Promise.resolve(memory({ store }));
+  url ? fromUrl(REDLOCK_LIST.test(url) ? url.split(',') : url) : Promise.resolve(memory({ store }));
 const prefix = process.env.LEASEHOLD_PREFIX ?? 'examples';
 
 const t0 = performance.now();

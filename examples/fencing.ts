@@ -19,7 +19,7 @@ import { Redis } from 'ioredis';
 import pg from 'pg';
 import { createLocks, FenceGate, StaleFenceError, type Backend } from 'leasehold';
 import { memory, MemoryStore } from 'leasehold/memory';
-import { fencedSet, redis } from 'leasehold/redis';
+import { fencedSet, fenceKeyOf, redis, resourceKeyOf } from 'leasehold/redis';
 import { redlock } from 'leasehold/redlock';
 import { checkFence, postgres } from 'leasehold/postgres';
 import { sqlite } from 'leasehold/sqlite';
@@ -69,7 +69,7 @@ function inRedis(urls: string[]): Setup {
     // check and write in one script: a stale fence writes nothing
     write: (fence, body) => fencedSet(clients[0]!, resource, body, fence),
     async close() {
-      await clients[0]!.del(`{${resource}}`, `{${resource}}:fence-seen`); // tidy up the example's keys
+      await clients[0]!.del(resourceKeyOf(resource), fenceKeyOf(resource)); // tidy up the example's keys
       await Promise.all(clients.map((c) => c.quit()));
     },
   };

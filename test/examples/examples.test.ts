@@ -23,6 +23,8 @@ const SERVERS: Record<string, string | undefined> = {
   redlock: 'redis://127.0.0.1:7001,redis://127.0.0.1:7002,redis://127.0.0.1:7003',
   sqlite: `sqlite:${join(tmpdir(), `leasehold-examples-${process.pid}`, 'locks.db')}`,
   etcd: `etcd://${process.env.LEASEHOLD_ETCD_HOSTS ?? '127.0.0.1:2379'}`,
+  // one URL that lists its hosts with commas: passed whole, not split into a Redlock list
+  'etcd, two hosts': 'etcd://127.0.0.1:2379,localhost:2379',
 };
 afterAll(() => rmSync(join(tmpdir(), `leasehold-examples-${process.pid}`), { recursive: true, force: true }));
 /** The capability each recipe needs (the example must be refused clearly where it is missing). */
@@ -89,7 +91,7 @@ beforeAll(async () => {
   for (const [server, url] of Object.entries(SERVERS)) {
     if (!url) continue;
     // a missing server fails here (never a skip)
-    const b = await fromUrl(url.includes(',') ? url.split(',') : url);
+    const b = await fromUrl(/^rediss?:\/\/[^,]+(,rediss?:\/\/[^,]+)+$/.test(url) ? url.split(',') : url);
     capabilities.set(server, b.capabilities);
     await b.close();
   }
