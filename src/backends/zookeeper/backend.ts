@@ -6,9 +6,11 @@
 import { inspect } from 'node:util';
 import type { AcquireRequest, Backend, ExtendItem, Grant, LockInfo, LostCallback, ResultStore } from '../../backend.js';
 import { BackendError, ClosedError, InvalidArgumentError } from '../../errors.js';
-import { NO_NODE, NODE_EXISTS, PERSISTENT, publish, zkCode, type SessionState, type ZkSession } from './client.js';
+import type { ZkSession } from './client.js';
+import { publish, type SessionState } from './events.js';
 import { Mutex, type Mine } from './mutex.js';
 import { decodeKey, Paths } from './paths.js';
+import { NO_NODE, NODE_EXISTS, PERSISTENT, zkCode } from './protocol.js';
 
 export interface ZookeeperConfig {
   readonly session: ZkSession;

@@ -11,7 +11,8 @@ import { isZkPath, parseHosts } from './hosts.js';
 import { ZookeeperBackend } from './backend.js';
 
 export { ZookeeperBackend } from './backend.js';
-export { zkChannel, type SessionState, type ZookeeperClientLike, type ZookeeperEvent } from './client.js';
+export { type ZookeeperClientLike } from './client.js';
+export { zkChannel, type SessionState, type ZookeeperEvent } from './events.js';
 export { encodeKey, decodeKey, digestOf } from './paths.js';
 
 export interface ZookeeperOptions {

@@ -8,19 +8,13 @@
  * the directory is deleted and created again, the czxid never does).
  */
 import type { LockInfo } from '../../backend.js';
-import {
-  CONNECTION_LOSS,
-  NO_NODE,
-  NODE_EXISTS,
-  BAD_VERSION,
-  PERSISTENT,
-  SESSION_EXPIRED,
-  publish,
-  zkCode,
-  type ZkSession,
-} from './client.js';
-import { decodeData, digestOf, encodeData, lockNodes, WINDOW, type Paths } from './paths.js';
-import { ignore, missing, ProtectedCreates } from './protected.js';
+import type { ZkSession } from './client.js';
+import { forceReleaseLock, inspectLock } from './inspect.js';
+import { digestOf, encodeData, lockNodes, WINDOW, type Paths } from './paths.js';
+import { missing, ProtectedCreates } from './protected.js';
+import { CONNECTION_LOSS, NO_NODE, NODE_EXISTS, PERSISTENT, SESSION_EXPIRED, zkCode } from './protocol.js';
+import { PredecessorWatches } from './watches.js';
+import { dropWindow, readWindow, removeOurWindow } from './window.js';
 
 /** One node of ours: a waiter's place, or a held lock. */
 export interface Mine {
@@ -45,13 +39,6 @@ export interface Mine {
   expiry: NodeJS.Timeout | null;
 }
 
-export interface Window {
-  digest: string;
-  fence: bigint;
-  end: number;
-  version: number;
-}
-
 /** How long an emptied key directory stays before it is removed. */
 const LINGER_MS = 1000;
 
@@ -62,8 +49,8 @@ export class Mutex {
   private readonly cleanups = new Map<string, NodeJS.Timeout>();
   /** Our creates, found again after a lost reply (protection ids). */
   private readonly creates: ProtectedCreates;
-  /** Predecessor watches in place (one per path; ZooKeeper watches fire once). */
-  private readonly armed = new Map<string, Set<() => void>>();
+  /** Predecessor watches in place (waitForChange). */
+  private readonly watches: PredecessorWatches;
   /** Timers that delete kept windows at their end while this process runs (keep). */
   private readonly windowEnds = new Set<NodeJS.Timeout>();
 
@@ -72,30 +59,12 @@ export class Mutex {
     private readonly paths: Paths,
   ) {
     this.creates = new ProtectedCreates(zk);
+    this.watches = new PredecessorWatches(zk, this.nodes);
   }
 
   /** Drops every watch (the session that set them is gone). */
   forgetWatches(): void {
-    const all = [...this.armed.values()];
-    this.armed.clear();
-    for (const set of all) for (const fn of set) fn();
-  }
-
-  async readWindow(dir: string): Promise<Window | null> {
-    try {
-      const { data, stat } = await this.zk.getData(`${dir}/${WINDOW}`);
-      const d = decodeData(data);
-      if (!d || typeof d.ms !== 'number') return null;
-      return { digest: d.d, fence: BigInt(d.f ?? '0'), end: stat.mtime + d.ms, version: stat.version };
-    } catch (e) {
-      if (missing(e)) return null;
-      throw e;
-    }
-  }
-
-  /** A window that has run out is removed (versioned: a fresh one written meanwhile stays). */
-  private dropWindow(dir: string, w: Window): void {
-    this.zk.remove(`${dir}/${WINDOW}`, w.version).catch(() => {});
+    this.watches.forget();
   }
 
   /** Deletes the nodes of creates whose outcome was never learned (see ProtectedCreates.sweep). */
@@ -132,7 +101,7 @@ export class Mutex {
       });
       if (seen && lockNodes(seen.children).length > 0) return null;
       if (seen?.children.includes(WINDOW)) {
-        const w = await this.readWindow(dir);
+        const w = await readWindow(this.zk, dir);
         if (w && w.end > Date.now() && w.digest !== digestOf(token)) return null;
       }
     }
@@ -190,10 +159,10 @@ export class Mutex {
     m.pred = at > 0 ? line[at - 1]!.name : null;
     m.blockedUntil = 0;
     if (at === 0 && children.includes(WINDOW)) {
-      const w = await this.readWindow(dir);
+      const w = await readWindow(this.zk, dir);
       if (w && w.digest !== m.digest) {
         if (w.end > Date.now()) m.blockedUntil = w.end;
-        else this.dropWindow(dir, w);
+        else dropWindow(this.zk, dir, w);
       }
     }
     if (at === 0 && m.blockedUntil === 0) {
@@ -235,7 +204,7 @@ export class Mutex {
       () => false,
     );
     ops.push(removal);
-    if (m.windowed) ops.push(this.removeOurWindow(m).catch(() => {}));
+    if (m.windowed) ops.push(removeOurWindow(this.zk, m.dir, m.digest).catch(() => {}));
     await Promise.all(ops);
     this.cleanLater(m.dir);
     return gone;
@@ -269,12 +238,6 @@ export class Mutex {
   stopWindowTimers(): void {
     for (const t of this.windowEnds) clearTimeout(t);
     this.windowEnds.clear();
-  }
-
-  private async removeOurWindow(m: Mine): Promise<void> {
-    const w = await this.readWindow(m.dir);
-    if (w && w.digest === m.digest)
-      await this.zk.remove(`${m.dir}/${WINDOW}`, w.version).catch(ignore(NO_NODE, BAD_VERSION));
   }
 
   /** True if it deleted the node; false if the node was already gone (or its session ended). */
@@ -370,7 +333,7 @@ export class Mutex {
     await this.drop(m);
     const t = setTimeout(() => {
       this.windowEnds.delete(t);
-      void this.removeOurWindow(m)
+      void removeOurWindow(this.zk, m.dir, m.digest)
         .then(() => this.cleanLater(m.dir))
         .catch(() => {}); // left for the next acquirer, which deletes an expired window
     }, ms);
@@ -385,89 +348,18 @@ export class Mutex {
     return false;
   }
 
-  /**
-   * Resolves when the waiter on `key` may be next: its predecessor is gone (a watch on that node
-   * only — no herd), a blocking window ran out, or `maxMs`; at once on abort.
-   */
-  async waitForChange(key: string, signal: AbortSignal, maxMs: number): Promise<void> {
-    if (signal.aborted) return;
-    let m: Mine | undefined;
-    for (const x of this.nodes.values()) if (x.key === key && !x.held) m = x;
-    let bound = maxMs;
-    if (m?.blockedUntil) bound = Math.min(maxMs, Math.max(1, m.blockedUntil - Date.now() + 1));
-    await new Promise<void>((resolve) => {
-      let timer: NodeJS.Timeout | null = null;
-      let set: Set<() => void> | undefined;
-      const done = () => {
-        if (timer) clearTimeout(timer);
-        signal.removeEventListener('abort', done);
-        set?.delete(done);
-        resolve();
-      };
-      timer = setTimeout(done, bound);
-      signal.addEventListener('abort', done, { once: true });
-      if (!m?.pred || m.blockedUntil) return;
-      const path = `${m.dir}/${m.pred}`;
-      set = this.armed.get(path);
-      if (set) {
-        set.add(done); // a watch on this node is already in place
-        return;
-      }
-      const fresh = new Set<() => void>([done]);
-      set = fresh;
-      this.armed.set(path, fresh);
-      const fire = () => {
-        if (this.armed.get(path) === fresh) this.armed.delete(path);
-        for (const fn of [...fresh]) fn();
-      };
-      this.zk
-        .getData(path, () => {
-          publish({ backend: 'zookeeper', type: 'watch', watch: 'predecessor', key });
-          fire();
-        })
-        .catch(() => fire()); // gone already (no watch left behind), or an error the next attempt meets
-    });
+  /** Resolves when the waiter on `key` may be next (see PredecessorWatches.wait). */
+  waitForChange(key: string, signal: AbortSignal, maxMs: number): Promise<void> {
+    return this.watches.wait(key, signal, maxMs);
   }
 
-  /** What holds `key`: the lowest node (value, czxid), else a live window. */
-  async inspect(key: string): Promise<LockInfo | null> {
-    const dir = this.paths.dir(key);
-    let children: string[];
-    try {
-      children = (await this.zk.getChildren(dir)).children;
-    } catch (e) {
-      if (missing(e)) return null;
-      throw e;
-    }
-    for (const n of lockNodes(children)) {
-      try {
-        const { data, stat } = await this.zk.getData(`${dir}/${n.name}`);
-        const d = decodeData(data);
-        const info: LockInfo = { key, fence: stat.czxid, remainingMs: -1 };
-        return d?.v === undefined ? info : { ...info, value: d.v };
-      } catch (e) {
-        if (!missing(e)) throw e; // released meanwhile: the next one holds
-      }
-    }
-    if (children.includes(WINDOW)) {
-      const w = await this.readWindow(dir);
-      const left = w ? w.end - Date.now() : 0;
-      if (w && left > 0) return { key, fence: w.fence, remainingMs: Math.ceil(left) };
-    }
-    return null;
+  /** What holds `key`: the lowest node (value, czxid), else a live window (inspect.ts). */
+  inspect(key: string): Promise<LockInfo | null> {
+    return inspectLock(this.zk, this.paths, key);
   }
 
-  /** Administrative break: deletes the holder's node and any window. */
-  async forceRelease(key: string): Promise<LockInfo | null> {
-    const info = await this.inspect(key);
-    if (!info) return null;
-    const dir = this.paths.dir(key);
-    const { children } = await this.zk.getChildren(dir);
-    const head = lockNodes(children)[0];
-    const ops: Promise<unknown>[] = [];
-    if (head) ops.push(this.zk.remove(`${dir}/${head.name}`).catch(ignore(NO_NODE)));
-    if (children.includes(WINDOW)) ops.push(this.zk.remove(`${dir}/${WINDOW}`).catch(ignore(NO_NODE)));
-    await Promise.all(ops);
-    return info;
+  /** Administrative break: deletes the holder's node and any window (inspect.ts). */
+  forceRelease(key: string): Promise<LockInfo | null> {
+    return forceReleaseLock(this.zk, this.paths, key);
   }
 }

@@ -5,7 +5,8 @@
  * and reused, and a node nobody adopted is deleted instead of blocking the key while our
  * session lives.
  */
-import { CONNECTION_LOSS, EPHEMERAL_SEQUENTIAL, NO_NODE, zkCode, type ZkSession } from './client.js';
+import type { ZkSession } from './client.js';
+import { CONNECTION_LOSS, EPHEMERAL_SEQUENTIAL, NO_NODE, zkCode } from './protocol.js';
 import { encodeData, lockNodes, LOCK_MARK } from './paths.js';
 
 export const missing = (e: unknown) => zkCode(e) === NO_NODE;
