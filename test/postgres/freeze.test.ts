@@ -74,6 +74,57 @@ describe.each(KINDS)('postgres with %s', (kind) => {
   });
 });
 
+/** The server-side port of a server process's client socket (what the relay knows it by). */
+async function clientPort(pid: number): Promise<number> {
+  const r = await (await env.admin()).query('select client_port from pg_stat_activity where pid = $1', [pid]);
+  return Number(r.rows[0]?.client_port);
+}
+
+/** The holders of `fullKey`'s lock once `done` says so of them, or after `ms` (as they are then). */
+async function holdersOnce(fullKey: string, done: (pids: number[]) => boolean, ms: number): Promise<number[]> {
+  const until = performance.now() + ms;
+  for (;;) {
+    const pids = await env.holders(fullKey);
+    if (done(pids) || performance.now() > until) return pids;
+    await new Promise((r) => setTimeout(r, 20));
+  }
+}
+
+describe.each(KINDS)('postgres with %s: a half-open session connection', (kind) => {
+  test.each([
+    ['a release', false],
+    ['an acquire', true],
+  ] as const)('%s that times out on it: the server session holding that lock is ended', async (what, answersOnly) => {
+    const relay = await new Relay().start();
+    relays.push(relay);
+    const backend = postgres(clientOn(kind, relay.url), { timeout: '1s' });
+    const prefix = `fz-half-${randomUUID().slice(0, 8)}`;
+    const locks = createLocks(backend, { prefix });
+    ends.push(() => locks.close().catch(() => {}));
+    let lease = null;
+    if (what === 'a release') lease = await locks.acquire('k');
+    else await locks.tryAcquire('warm').then((l) => l?.release()); // the session is open
+    const pid = backend.sessionPid!;
+    // the network to that one connection goes silent (acquire: only the server's answers)
+    expect(relay.blackhole(await clientPort(pid), answersOnly)).toBe(true);
+    if (lease) expect(await lease.release()).toBe(false);
+    else {
+      const attempt = locks.tryAcquire('k');
+      attempt.catch(() => {});
+      // the server took the lock; now nothing reaches it either (postgres.js says goodbye first)
+      expect(await holdersOnce(`${prefix}:k`, (p) => p.length > 0, 900)).toEqual([pid]);
+      relay.blackhole(await clientPort(pid));
+      await expect(attempt).rejects.toThrow(/acquire did not answer within 1000ms/);
+    }
+    expect(backend.sessionPid).toBe(null); // given up on
+    // the lock (held by the server session, which may well be alive) is let go within a bound
+    expect(await holdersOnce(`${prefix}:k`, (p) => p.length === 0, 3_000)).toEqual([]);
+    const stillThere = await (await env.admin()).query('select 1 from pg_stat_activity where pid = $1', [pid]);
+    expect(stillThere.rows).toEqual([]);
+    relay.cut();
+  });
+});
+
 test('fromUrl: a call in flight during close() is released before the pool it made is ended', async () => {
   const prefix = `fz-url-${randomUUID().slice(0, 8)}`;
   const locks = createLocks(await fromUrl(PG_URL), { prefix });

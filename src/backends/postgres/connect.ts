@@ -40,10 +40,14 @@ export async function openSession(
     Number((await timed(c.query('SELECT pg_backend_pid() AS pid'), timeoutMs, 'connect'))[0]?.pid);
   try {
     const [first] = await timed(
-      // generic plans for the lock statements from their first run (no re-planning per call)
+      // generic plans for the lock statements from their first run (no re-planning per call);
+      // TCP keepalives, as on waiter connections: the server ends a session (and lets go of its
+      // locks) within ~8 s of a vanished client host, not the OS default of ~2 h
       conn.query(
         `SELECT pg_backend_pid() AS pid, inet_server_port() AS port,
-          set_config('plan_cache_mode', 'force_generic_plan', false) AS plans`,
+          set_config('plan_cache_mode', 'force_generic_plan', false) AS plans,
+          set_config('tcp_keepalives_idle', '5', false) AS i, set_config('tcp_keepalives_interval', '1', false) AS v,
+          set_config('tcp_keepalives_count', '3', false) AS n`,
       ),
       timeoutMs,
       'connect',

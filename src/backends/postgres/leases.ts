@@ -236,13 +236,14 @@ export class Leases {
       if (Number(rows[0]?.pid) !== this.host.pids.get(h.conn)) {
         const e = new TransactionPoolerError('a release ran on another server session');
         dedicated.pooled = e;
-        this.fail(h.conn, e); // ends the session that still holds the locks
+        this.fail(h.conn, e, h.lockKey); // ends the session that still holds the locks
         return false;
       }
       return rows[0]?.ok === true;
     } catch (e) {
       // unknown whether the lock (or any other on this session) is still held: end the session
-      this.fail(h.conn, e);
+      // (this lock, no longer in `held`, counts as one of its locks)
+      this.fail(h.conn, e, h.lockKey);
       return false;
     } finally {
       this.host.maybeIdle();
@@ -259,7 +260,7 @@ export class Leases {
         'release',
       );
     } catch (e) {
-      this.fail(h.conn, e);
+      this.fail(h.conn, e, h.lockKey);
     }
     if (h.conn !== this.host.dedicated.current) this.host.queue.spareBack(h.conn);
   }
@@ -272,9 +273,14 @@ export class Leases {
     for (const h of [...this.held.values()]) if (h.conn === conn) this.lose(h, cause);
   }
 
-  /** Gives up on the session: every lease on it is lost; a half-open server session is ended. */
-  fail(conn: Conn, cause: unknown): void {
+  /**
+   * Gives up on the session: every lease on it is lost; a half-open server session is ended if
+   * it still holds one of its locks: those held, and `inFlight` (the advisory key of the statement
+   * that failed: a lock being acquired, or being released and already out of `held`).
+   */
+  fail(conn: Conn, cause: unknown, inFlight: string | null = null): void {
     const mine = [...this.held.values()].filter((h) => h.conn === conn).map((h) => part(h.lockKey));
+    if (inFlight !== null) mine.push(part(inFlight));
     const wasOpen = !conn.closed;
     this.sessionEnded(conn, cause);
     if (wasOpen) {
@@ -293,13 +299,13 @@ export class Leases {
       // the tables (or the sequence) are gone: re-created on the next use, with a new epoch
       this.host.schemaGone();
     }
-    if (conn.closed || !state || state.startsWith('08') || state.startsWith('57')) return this.fail(conn, e);
+    if (conn.closed || !state || state.startsWith('08') || state.startsWith('57')) return this.fail(conn, e, lockKey);
     if (lockKey === null) return;
     const { classid, objid } = lockParts(BigInt(lockKey));
     try {
       await timed(conn.query(this.host.sql.unlockIfHeld, [lockKey, classid, objid]), this.host.timeoutMs, 'clean-up');
     } catch (e2) {
-      this.fail(conn, e2);
+      this.fail(conn, e2, lockKey);
     }
   }
 
