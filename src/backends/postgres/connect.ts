@@ -5,7 +5,7 @@
  */
 import { BackendError, ClosedError, LeaseholdError } from '../../errors.js';
 import { backendError, timed, type Conn, type Db } from './client.js';
-import type { Statements } from './sql.js';
+import { noTimeouts, type Statements } from './sql.js';
 
 /**
  * Session locks behind a transaction pooler (PgBouncer `pool_mode = transaction`) would attach
@@ -83,6 +83,10 @@ export async function openSession(
       if (clean) other?.release();
       else other?.destroy();
     }
+    // none of the pool's timeouts: a statement cancelled (statement_timeout) or the session ended
+    // while idle (idle_session_timeout) would lose every lease. Only on a session that passed the
+    // check: a transaction pooler would leave them on a server connection others use
+    await timed(conn.query(`SELECT ${noTimeouts}`), timeoutMs, 'connect');
     if (closed()) throw new ClosedError('postgres: backend closed');
     return { conn, pid };
   } catch (e) {

@@ -180,8 +180,11 @@ export class ServerQueue {
       if (r !== 'held') host.window(w.key, Number(r.slice(1)));
       spare = true;
     } catch (e) {
-      // lock_timeout (55P03) leaves a healthy connection; anything else ends it
-      if (sqlState(e) === '55P03' && !conn.closed) spare = true;
+      // lock_timeout (55P03) and a cancel (57014: pg_cancel_backend, a statement_timeout set
+      // anyway) leave a healthy connection, kept once the lock of the wait is surely not on it (a
+      // cancel can come after the grant); anything else ends it
+      const state = sqlState(e);
+      if ((state === '55P03' || state === '57014') && !conn.closed) spare = await this.unlockIfHeld(conn, w.lockKey);
       else if (!conn.closed) conn.destroy(e);
     } finally {
       if (w.state !== 'granted') {
@@ -190,6 +193,18 @@ export class ServerQueue {
         if (spare) this.spareBack(conn);
       }
       w.sleeper?.done();
+    }
+  }
+
+  /** Lets go of `lockKey` if `conn` holds it: true, or false with the connection destroyed. */
+  private async unlockIfHeld(conn: Conn, lockKey: string): Promise<boolean> {
+    const { classid, objid } = lockParts(BigInt(lockKey));
+    try {
+      await timed(conn.query(this.host.sql.unlockIfHeld, [lockKey, classid, objid]), this.host.timeoutMs, 'clean-up');
+      return true;
+    } catch (e) {
+      conn.destroy(e);
+      return false;
     }
   }
 

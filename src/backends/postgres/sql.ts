@@ -127,6 +127,18 @@ export interface Statements {
 
 const cache = new Map<string, Statements>();
 
+/**
+ * Select-list items that turn off, for this session, the user's pool timeouts that would end a
+ * statement or a session of leasehold's own connections (the session and its waiter
+ * connections): a blocking wait runs for as long as the caller waits, and the session idles
+ * while it holds locks. leasehold bounds its statements itself; resetSession restores them.
+ */
+export const noTimeouts = `set_config('statement_timeout', '0', false) AS st,
+      CASE WHEN current_setting('server_version_num')::int >= 140000
+        THEN set_config('idle_session_timeout', '0', false) END AS ist,
+      CASE WHEN current_setting('server_version_num')::int >= 170000
+        THEN set_config('transaction_timeout', '0', false) END AS tt`;
+
 const inPgLocks = (classid: string, objid: string) =>
   `locktype = 'advisory' AND classid = ${classid}::int8::oid AND objid = ${objid}::int8::oid AND objsubid = 1 AND granted`;
 
@@ -198,17 +210,19 @@ export function statements(quotedSchema: string): Statements {
     waiting: `SELECT 1 AS w FROM pg_locks WHERE pid = $1::int4 AND locktype = 'advisory'
       AND classid = $2::int8::oid AND objid = $3::int8::oid AND objsubid = 1`,
     // client_connection_check_interval (14+): a waiting backend whose client closed leaves the
-    // queue within 1 s; keepalives: within ~8 s of a vanished host (TCP connections)
+    // queue within 1 s; keepalives: within ~8 s of a vanished host (TCP connections); none of the
+    // pool's timeouts (statement_timeout would cancel the wait: its place in the queue lost)
     waiterSetup: `SELECT pg_backend_pid() AS pid,
       CASE WHEN current_setting('server_version_num')::int >= 140000
         THEN set_config('client_connection_check_interval', '1000', false) END AS c,
       set_config('tcp_keepalives_idle', '5', false) AS i, set_config('tcp_keepalives_interval', '1', false) AS v,
       set_config('tcp_keepalives_count', '3', false) AS n,
-      set_config('plan_cache_mode', 'force_generic_plan', false) AS plans`,
+      set_config('plan_cache_mode', 'force_generic_plan', false) AS plans, ${noTimeouts}`,
     resetSession: `SELECT pg_advisory_unlock_all() IS NULL AS u,
       (SELECT count(set_config(name, reset_val, false)) FROM pg_settings WHERE name IN ('lock_timeout',
         'client_connection_check_interval', 'tcp_keepalives_idle', 'tcp_keepalives_interval',
-        'tcp_keepalives_count', 'plan_cache_mode')) AS n`,
+        'tcp_keepalives_count', 'plan_cache_mode', 'statement_timeout', 'idle_session_timeout',
+        'transaction_timeout')) AS n`,
     attendWait: `UPDATE ${holders} SET attn = GREATEST(attn, clock_timestamp() + interval '60 seconds')
       WHERE key = $1::text`,
     bumpEpoch: `WITH ${durable} INSERT INTO ${epochs} AS x (id, epoch, started)
