@@ -7,7 +7,6 @@
  * if its lease died while it waited, the entry is gone and the attempt fails (Jepsen's etcd
  * 3.4.3 finding), it never reports a grant.
  */
-import { randomBytes } from 'node:crypto';
 import { inspect } from 'node:util';
 import type { IKeyValue, IRequestOp, ITxnResponse, Namespace } from 'etcd3';
 import type {
@@ -21,11 +20,12 @@ import type {
   ResultStore,
 } from '../../backend.js';
 import { BackendError, ClosedError, InvalidArgumentError } from '../../errors.js';
-import { encodeValue, entriesOf, entryKey, releasedKey, resultKey } from './keys.js';
-import { againTxn, deleteTxn, dropTxn, queueTxn, releaseTxn, tryTxn } from './txns.js';
+import { Entries, type Entry } from './entries.js';
+import { encodeValue, entriesOf, entryKey, resultKey } from './keys.js';
+import { againTxn, dropTxn, queueTxn, tryTxn } from './txns.js';
 import { Keyspace } from './read.js';
 import { Session } from './session.js';
-import { Watches, type Pred } from './watch.js';
+import { Watches } from './watch.js';
 import { markTransient } from '../../transient.js';
 
 export interface EtcdConfig {
@@ -34,21 +34,6 @@ export interface EtcdConfig {
   readonly leaseTtlMs: number;
 }
 
-/** One acquire's entry: held, or waiting in the queue. */
-interface Entry {
-  readonly key: string;
-  readonly token: string;
-  /** The entry's etcd key, relative to the client's namespace. */
-  readonly etcdKey: string;
-  /** Its create revision: the fence once it holds. */
-  readonly rev: string;
-  readonly session: Session;
-  /** Frees a held lock the engine neither extended nor released within its TTL. */
-  timer: NodeJS.Timeout | null;
-}
-
-/** etcd's default --max-txn-ops: the most operations one transaction may have. */
-const MAX_TXN_OPS = 128;
 const isLeaseGone = (e: unknown): boolean =>
   (e as Error)?.name === 'EtcdLeaseInvalidError' || /lease not found/i.test(String((e as Error)?.message));
 
@@ -62,11 +47,7 @@ export class EtcdBackend implements Backend {
   readonly client: Namespace;
   private readonly keys: Keyspace;
   private readonly watches: Watches;
-  private readonly held = new Map<string, Entry>();
-  private readonly places = new Map<string, Entry>();
-  /** Per key: the predecessor our last refused attempt saw, and the revision it saw it at. */
-  private readonly preds = new Map<string, Pred>();
-  private readonly lost = new Set<LostCallback>();
+  private readonly entries: Entries;
   private current: Session | null = null;
   private opening: Promise<Session> | null = null;
   private closed = false;
@@ -75,6 +56,7 @@ export class EtcdBackend implements Backend {
     this.client = config.client;
     this.keys = new Keyspace(config.client);
     this.watches = new Watches(config.client);
+    this.entries = new Entries(config.client, this.keys);
   }
 
   private raw(key: string): Buffer {
@@ -98,23 +80,12 @@ export class EtcdBackend implements Backend {
     return this.opening;
   }
 
-  /** Tells the engine that the lock of `e` is gone. */
-  private tell(e: Entry, cause: unknown): void {
-    for (const cb of this.lost) {
-      try {
-        cb(e.key, e.token, cause);
-      } catch {
-        // a listener's failure must not stop the others
-      }
-    }
-  }
-
   private sessionDied(s: Session, cause: unknown): void {
     if (this.current === s) this.current = null;
-    for (const e of [...this.held.values()]) {
+    for (const e of [...this.entries.held.values()]) {
       if (e.session !== s) continue;
-      this.forget(e);
-      this.tell(e, cause);
+      this.entries.forget(e);
+      this.entries.tell(e, cause);
     }
     // the server may still hold the lease (our watchdog is early by design): free its keys now
     if (!this.closed) void s.revoke().catch(() => {});
@@ -122,7 +93,7 @@ export class EtcdBackend implements Backend {
 
   async acquire(key: string, req: AcquireRequest): Promise<Grant | null> {
     this.check(key, req?.token);
-    const place = this.places.get(req.token);
+    const place = this.entries.places.get(req.token);
     if (place) return this.again(place, req);
     for (let tries = 0; ; tries++) {
       const s = await this.session();
@@ -181,13 +152,13 @@ export class EtcdBackend implements Backend {
         const head = r.responses[1]?.response_range.kvs[0];
         if (head?.create_revision !== rev) {
           // cannot happen (ours was made when the lock had no entry), but never leave it behind
-          await this.deleteEntry({ key, token: req.token, etcdKey, rev, session: s, timer: null });
+          await this.entries.deleteEntry({ key, token: req.token, etcdKey, rev, session: s, timer: null });
           return null;
         }
       }
       const mine: Entry = { key, token: req.token, etcdKey, rev, session: s, timer: null };
       if (s.dead) return this.voided(mine, s);
-      return this.granted(mine, req);
+      return this.entries.granted(mine, req);
     }
     let rev: string;
     let pred: IKeyValue | undefined;
@@ -203,8 +174,8 @@ export class EtcdBackend implements Backend {
     }
     const entry: Entry = { key, token: req.token, etcdKey, rev, session: s, timer: null };
     if (s.dead) return this.voided(entry, s);
-    if (!pred) return this.granted(entry, req);
-    return this.refused(entry, pred, r.header.revision);
+    if (!pred) return this.entries.granted(entry, req);
+    return this.entries.refused(entry, pred, r.header.revision);
   }
 
   /** A later attempt of a queued acquire: our entry must still be there, or our lease died. */
@@ -212,8 +183,8 @@ export class EtcdBackend implements Backend {
     const me = this.raw(place.etcdKey);
     const prefix = this.raw(entriesOf(place.key));
     const gone = () => {
-      this.places.delete(place.token);
-      this.preds.delete(place.key);
+      this.entries.places.delete(place.token);
+      this.entries.preds.delete(place.key);
       // transient: a new attempt queues again under a live lease
       return markTransient(
         new BackendError(
@@ -227,127 +198,39 @@ export class EtcdBackend implements Backend {
     // the Jepsen case: after waiting, our own entry is re-read; if our lease died, we fail
     if (!r.succeeded || place.session.dead) throw gone();
     const pred = r.responses[0]!.response_range.kvs[0];
-    if (!pred) return this.granted(place, req);
-    return this.refused(place, pred, r.header.revision);
+    if (!pred) return this.entries.granted(place, req);
+    return this.entries.refused(place, pred, r.header.revision);
   }
 
   /** The session ended while the attempt was in flight: its entry is removed, the attempt fails. */
   private async voided(e: Entry, s: Session): Promise<never> {
-    await this.deleteEntry(e).catch(() => {});
+    await this.entries.deleteEntry(e).catch(() => {});
     throw new BackendError('etcd: the lease ended during the acquire', { cause: s.cause });
   }
 
-  private granted(e: Entry, req: AcquireRequest): Grant {
-    this.places.delete(e.token);
-    this.preds.delete(e.key);
-    this.held.set(e.token, e);
-    this.expireAfter(e, req.ttlMs);
-    return { fence: BigInt(e.rev) };
-  }
-
-  private refused(e: Entry, pred: IKeyValue, rev: string): null {
-    this.places.set(e.token, e);
-    this.preds.set(e.key, { etcdKey: this.keys.unraw(pred.key), rev });
-    return null;
-  }
-
   /**
-   * A lock neither extended nor released within its TTL is freed by the backend itself, and the
-   * engine is told (its own deadline comes first, so normally nobody holds it any more by then).
+   * The liveness probe of many leases in one round trip (entries.ts): each entry must still exist
+   * with its create revision, under its lease, and that lease must have a confirmed keep-alive.
    */
-  private expireAfter(e: Entry, ms: number): void {
-    if (e.timer) clearTimeout(e.timer);
-    e.timer = setTimeout(
-      () => {
-        e.timer = null;
-        if (this.held.get(e.token) !== e) return;
-        this.forget(e);
-        void this.deleteEntry(e).catch(() => {});
-        this.tell(e, new BackendError('etcd: the lock was neither extended nor released within its TTL; freed'));
-      },
-      Math.min(ms, 2_147_483_647),
-    );
-    e.timer.unref();
-  }
-
-  private forget(e: Entry): void {
-    if (e.timer) clearTimeout(e.timer);
-    e.timer = null;
-    if (this.held.get(e.token) === e) this.held.delete(e.token);
-  }
-
-  /** Deletes an entry if it is still the same one (same create revision). */
-  private async deleteEntry(e: Entry, leaseId = e.session.id): Promise<boolean> {
-    const r = await this.client.kv.txn(deleteTxn(this.raw(e.etcdKey), e.rev, leaseId));
-    return r.succeeded && Number(r.responses[0]!.response_delete_range.deleted) === 1;
-  }
-
-  /**
-   * The liveness probe of many leases in one round trip: each entry must still exist with its
-   * create revision, under its lease, and that lease must have a confirmed keep-alive.
-   */
-  async extend(items: readonly ExtendItem[]): Promise<boolean[]> {
-    const out = items.map(() => false);
-    const probe: { e: Entry; i: number }[] = [];
-    items.forEach((it, i) => {
-      const e = this.held.get(it.token);
-      if (e && e.key === it.key && e.session.alive) probe.push({ e, i });
-    });
-    if (probe.length === 0) return out;
-    const sentAt = performance.now();
-    // etcd refuses a transaction of more than --max-txn-ops (128 by default) operations
-    const chunks: (typeof probe)[] = [];
-    for (let i = 0; i < probe.length; i += MAX_TXN_OPS) chunks.push(probe.slice(i, i + MAX_TXN_OPS));
-    const answers = await Promise.all(
-      chunks.map((chunk) =>
-        this.client.kv.txn({
-          compare: [],
-          success: chunk.map(({ e }) => ({ request_range: { key: this.raw(e.etcdKey) } })),
-          failure: [],
-        }),
-      ),
-    );
-    chunks.forEach((chunk, c) => {
-      chunk.forEach(({ e, i }, j) => {
-        const kv = answers[c]!.responses[j]?.response_range.kvs[0];
-        const ok = !!kv && kv.create_revision === e.rev && kv.lease === e.session.id && !e.session.dead;
-        out[i] = ok;
-        if (ok) this.expireAfter(e, Math.max(1, items[i]!.ttlMs - (performance.now() - sentAt)));
-      });
-    });
-    return out;
+  extend(items: readonly ExtendItem[]): Promise<boolean[]> {
+    return this.entries.extend(items);
   }
 
   async release(key: string, token: string): Promise<boolean> {
-    const e = this.held.get(token);
+    const e = this.entries.held.get(token);
     if (!e || e.key !== key) return false;
-    this.forget(e);
-    const deleted = await this.releaseEntry(e);
+    this.entries.forget(e);
+    const deleted = await this.entries.releaseEntry(e);
     return deleted && !e.session.dead;
-  }
-
-  /**
-   * Deletes a held entry (same create revision, same lease) and, in the same transaction, writes
-   * a nonce of this release to the lease's `releasedKey`. Refused, the transaction reads that key
-   * back: etcd3 sends a call again when its reply is lost, and if the first send deleted our entry
-   * the nonce is there — the lock was ours until this release. (A delete by anyone else leaves no
-   * such proof: then, or if another release of this lease rewrote the key meanwhile, false.)
-   */
-  private async releaseEntry(e: Entry): Promise<boolean> {
-    const proof = this.raw(releasedKey(e.session.id));
-    const nonce = randomBytes(12).toString('base64url');
-    const r = await this.client.kv.txn(releaseTxn(this.raw(e.etcdKey), e.rev, e.session.id, proof, nonce));
-    if (r.succeeded) return Number(r.responses[0]!.response_delete_range.deleted) === 1;
-    return r.responses[0]?.response_range.kvs[0]?.value.toString() === nonce;
   }
 
   /** A waiter that gave up removes its entry (its successor then watches the one before it). */
   async leave(key: string, token: string): Promise<void> {
-    const e = this.places.get(token);
+    const e = this.entries.places.get(token);
     if (!e || e.key !== key) return;
-    this.places.delete(token);
-    if (this.preds.has(key)) this.preds.delete(key);
-    await this.deleteEntry(e);
+    this.entries.places.delete(token);
+    if (this.entries.preds.has(key)) this.entries.preds.delete(key);
+    await this.entries.deleteEntry(e);
   }
 
   /**
@@ -356,18 +239,18 @@ export class EtcdBackend implements Backend {
    * is deleted after exactly `ms` while this process runs (runExclusive's lockAtLeastFor).
    */
   async keep(key: string, token: string, ms: number): Promise<boolean> {
-    const e = this.held.get(token);
+    const e = this.entries.held.get(token);
     if (!e || e.key !== key || !e.session.alive) return false;
     const id = await this.keys.putUnderOwnLease(e, { key: e.etcdKey }, ms);
     if (id === null) return false;
-    this.forget(e);
-    const timer = setTimeout(() => void this.deleteEntry(e, id).catch(() => {}), ms);
+    this.entries.forget(e);
+    const timer = setTimeout(() => void this.entries.deleteEntry(e, id).catch(() => {}), ms);
     timer.unref();
     return true;
   }
 
   waitForChange(key: string, signal: AbortSignal, maxMs: number): Promise<void> {
-    return this.watches.waitFor(this.preds.get(key), signal, maxMs);
+    return this.watches.waitFor(this.entries.preds.get(key), signal, maxMs);
   }
 
   watch(key: string, onChange: () => void): Promise<() => void> {
@@ -391,14 +274,14 @@ export class EtcdBackend implements Backend {
   }
 
   private async putResult(lockKey: string, token: string, value: string, ttlMs: number): Promise<boolean> {
-    const e = this.held.get(token);
+    const e = this.entries.held.get(token);
     if (!e || e.key !== lockKey || !e.session.alive) return false;
     return (await this.keys.putUnderOwnLease(e, { key: resultKey(lockKey), value }, ttlMs)) !== null;
   }
 
   /** The etcd key and fence of a lease this backend holds (for guarded writes), else null. */
   entryOf(token: string): { etcdKey: string; fence: bigint } | null {
-    const e = this.held.get(token);
+    const e = this.entries.held.get(token);
     return e ? { etcdKey: e.etcdKey, fence: BigInt(e.rev) } : null;
   }
 
@@ -407,23 +290,20 @@ export class EtcdBackend implements Backend {
    * than `leaseTtl`, but etcd frees the lock `leaseTtl` after the last keep-alive it received.
    */
   validUntil(key: string, token: string): number | undefined {
-    const e = this.held.get(token);
+    const e = this.entries.held.get(token);
     return e && e.key === key ? e.session.validUntil : undefined;
   }
 
   onLost(cb: LostCallback): void {
     if (typeof cb !== 'function') throw new InvalidArgumentError('onLost: callback must be a function');
-    this.lost.add(cb);
+    this.entries.lost.add(cb);
   }
 
   /** Revokes the backend's lease: every lock and queue place under it goes at once. */
   async close(): Promise<void> {
     if (this.closed) return;
     this.closed = true;
-    for (const e of this.held.values()) if (e.timer) clearTimeout(e.timer);
-    this.held.clear();
-    this.places.clear();
-    this.preds.clear();
+    this.entries.clear();
     this.watches.close();
     const s = this.current ?? (await this.opening?.catch(() => null)) ?? null;
     this.current = null;
@@ -445,9 +325,9 @@ export class EtcdBackend implements Backend {
 
   /** Neither the client nor its options (a password) print, at any depth; never a token. */
   [inspect.custom](): string {
-    return `EtcdBackend { held: ${this.held.size}${this.closed ? ', closed' : ''} }`;
+    return `EtcdBackend { held: ${this.entries.held.size}${this.closed ? ', closed' : ''} }`;
   }
   toJSON(): { name: string; held: number } {
-    return { name: this.name, held: this.held.size };
+    return { name: this.name, held: this.entries.held.size };
   }
 }

@@ -1,5 +1,5 @@
 /**
- * The transactions of the etcd driver (src/backends/etcd/backend.ts), as etcd3 request objects.
+ * The transactions of the etcd driver (backend.ts, entries.ts), as etcd3 request objects.
  * Keys are raw (namespaced) buffers. Every one of them may be sent twice: etcd3 sends a call
  * again when its reply is lost (UNAVAILABLE), so each reads, on its refused branch, what tells a
  * retry apart from a real refusal.
