@@ -8,11 +8,12 @@ import { smallTtlWarning, toMs, type Duration } from './duration.js';
 import { ClosedError, InvalidArgumentError, LeaseholdError } from './errors.js';
 import { channels, emit, warn } from './events.js';
 import { Keeper } from './keeper.js';
-import { checkTtl, LeaseImpl, MIN_TTL_MS, type Lease, type LeaseHost } from './lease.js';
+import { checkTtl, LeaseImpl, type Lease, type LeaseHost } from './lease.js';
 import { idempotent, type IdempotentOptions } from './recipes/idempotency.js';
 import { ElectionImpl, type ElectOptions, type Election } from './recipes/election.js';
+import { runExclusive, withLock, type RunExclusiveOptions, type RunExclusiveResult } from './scoped.js';
 import { checkBoolean, checkKey, checkOptions, checkSignal, checkString, newToken } from './validate.js';
-import { now, parseRetry, race, type Backoff, type RetryOptions } from './wait.js';
+import { parseRetry, race, type Backoff, type RetryOptions } from './wait.js';
 
 export interface LocksOptions {
   /** Lease time-to-live (default 30s). */
@@ -44,15 +45,7 @@ export interface AcquireOptions {
 
 export type TryAcquireOptions = Omit<AcquireOptions, 'wait'>;
 
-export interface RunExclusiveOptions {
-  /** Keep the lock at least this long from the grant, even if `fn` finishes sooner (default 0). */
-  lockAtLeastFor?: Duration;
-  /** The lock's TTL: it is never held longer, even if the process dies (default: the Locks' ttl). */
-  lockAtMostFor?: Duration;
-  signal?: AbortSignal;
-}
-
-export type RunExclusiveResult<T> = { ran: true; value: T } | { ran: false };
+export type { RunExclusiveOptions, RunExclusiveResult };
 
 export interface LockInfo {
   key: string;
@@ -92,7 +85,6 @@ export interface Locks {
 const LOCKS_OPTS = ['ttl', 'renew', 'wait', 'prefix', 'retry', 'opTimeout'] as const;
 const ACQUIRE_OPTS = ['ttl', 'renew', 'wait', 'signal', 'value'] as const;
 const TRY_OPTS = ['ttl', 'renew', 'signal', 'value'] as const;
-const EXCLUSIVE_OPTS = ['lockAtLeastFor', 'lockAtMostFor', 'signal'] as const;
 
 export { ClosedError };
 
@@ -127,7 +119,8 @@ class LocksImpl implements Locks, LeaseHost {
   readonly #held = new Map<string, LeaseImpl>();
   private readonly closing = new AbortController();
   private closed: Promise<void> | null = null;
-  private readonly ttlMs: number;
+  /** The default ttl (also runExclusive's default lockAtMostFor). */
+  readonly ttlMs: number;
   private readonly renew: boolean;
   private readonly waitMs: number;
   private readonly prefix: string;
@@ -248,96 +241,16 @@ class LocksImpl implements Locks, LeaseHost {
     return (await this.acquirer.tryAcquire(p, newToken())) as Lease | null;
   }
 
-  async withLock<T>(key: string, fn: (lease: Lease) => Promise<T> | T, options?: AcquireOptions): Promise<T> {
-    if (typeof fn !== 'function') throw new InvalidArgumentError('withLock: fn must be a function');
-    const lease = (await this.acquire(key, options)) as LeaseImpl;
-    let value: T;
-    try {
-      value = await fn(lease);
-    } catch (e) {
-      await this.quietRelease(lease);
-      throw e;
-    }
-    // `held` first: it marks a lease past its validity lost now, even when fn stalled the event
-    // loop past the TTL and no timer has run since (`lostError` alone would miss that)
-    const held = lease.held;
-    const lost = held ? null : lease.lostError;
-    const closedUnder = !held && !lost && lease.state !== 'held' && this.closing.signal.aborted;
-    await this.quietRelease(lease);
-    // the work finished, but not under the lock the whole time: the caller must know
-    if (lost) throw lost;
-    if (closedUnder) throw new ClosedError();
-    return value;
+  withLock<T>(key: string, fn: (lease: Lease) => Promise<T> | T, options?: AcquireOptions): Promise<T> {
+    return withLock(this, key, fn, options);
   }
 
-  async runExclusive<T>(
+  runExclusive<T>(
     key: string,
     fn: (lease: Lease) => Promise<T> | T,
     options?: RunExclusiveOptions,
   ): Promise<RunExclusiveResult<T>> {
-    checkKey(key);
-    if (typeof fn !== 'function') throw new InvalidArgumentError('runExclusive: fn must be a function');
-    const o = checkOptions<RunExclusiveOptions>(options, EXCLUSIVE_OPTS, 'runExclusive');
-    const atMost =
-      o.lockAtMostFor === undefined
-        ? this.ttlMs
-        : checkTtl(toMs(o.lockAtMostFor, 'lockAtMostFor'), 'runExclusive: a lockAtMostFor');
-    const atLeast = o.lockAtLeastFor === undefined ? 0 : toMs(o.lockAtLeastFor, 'lockAtLeastFor', { allowZero: true });
-    if (atLeast > atMost) throw new InvalidArgumentError('lockAtLeastFor must not exceed lockAtMostFor');
-    const signal = checkSignal(o.signal, 'runExclusive');
-    const lease = (await this.tryAcquire(key, { ttl: atMost, renew: false, signal })) as LeaseImpl | null;
-    if (!lease) return { ran: false };
-    try {
-      return { ran: true, value: await fn(lease) };
-    } finally {
-      const keep = Math.floor(atLeast - (now() - lease.grantedAt));
-      if (keep >= 1 && lease.state === 'held') {
-        // the stored expiry keeps the window: it outlives close() and a crash
-        try {
-          const kept = this.backend.keep ? await this.keepWindow(lease, keep) : await this.extendWindow(lease, keep);
-          if (kept) lease.detach();
-          else await this.quietRelease(lease);
-        } catch {
-          await this.quietRelease(lease);
-        }
-      } else {
-        await this.quietRelease(lease);
-      }
-    }
-  }
-
-  /** Hands the lock over to the backend's store for the rest of the window (session backends). */
-  private keepWindow(lease: LeaseImpl, ms: number): Promise<boolean> {
-    const backend = this.backend;
-    return this.calls.run('keep', () => backend.keep!(lease.fullKey, lease.token, ms), {
-      key: lease.key,
-      secrets: [lease.token],
-    });
-  }
-
-  /**
-   * Keeps the lock for the rest of the window by a token-checked extend on the server; the lease
-   * is detached after it, so its own validity no longer matters (lease.extend would refuse a
-   * window of 1–2 ms, and take one confirmed after its validity for lost, and release it). A
-   * window shorter than MIN_TTL_MS is rounded up to it: kept a millisecond or two longer, never
-   * given up early.
-   */
-  private async extendWindow(lease: LeaseImpl, ms: number): Promise<boolean> {
-    const backend = this.backend;
-    const item = { key: lease.fullKey, token: lease.token, ttlMs: Math.max(ms, MIN_TTL_MS) };
-    const [ok] = await this.calls.run('extend', () => backend.extend([item]), {
-      key: lease.key,
-      secrets: [lease.token],
-    });
-    return ok === true;
-  }
-
-  private async quietRelease(lease: LeaseImpl): Promise<void> {
-    try {
-      await lease.release();
-    } catch {
-      // reported on the leasehold:release channel; the lock runs out by its TTL
-    }
+    return runExclusive(this, key, fn, options);
   }
 
   async inspect(key: string): Promise<LockInfo | null> {

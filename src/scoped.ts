@@ -1,0 +1,134 @@
+/**
+ * Runs under a lock, for Locks (locks.ts): `withLock` (acquire, run, release; a lease lost or
+ * closed under the work is reported after it) and `runExclusive` (tryAcquire, run at most once
+ * at a time, and keep the lock for the rest of a `lockAtLeastFor` window: handed over to the
+ * backend's store, or extended on the server).
+ */
+import type { Backend } from './backend.js';
+import type { Calls } from './calls.js';
+import { toMs, type Duration } from './duration.js';
+import { ClosedError, InvalidArgumentError } from './errors.js';
+import { checkTtl, MIN_TTL_MS, type Lease, type LeaseImpl } from './lease.js';
+import { checkKey, checkOptions, checkSignal } from './validate.js';
+import { now } from './wait.js';
+
+export interface RunExclusiveOptions {
+  /** Keep the lock at least this long from the grant, even if `fn` finishes sooner (default 0). */
+  lockAtLeastFor?: Duration;
+  /** The lock's TTL: it is never held longer, even if the process dies (default: the Locks' ttl). */
+  lockAtMostFor?: Duration;
+  signal?: AbortSignal;
+}
+
+export type RunExclusiveResult<T> = { ran: true; value: T } | { ran: false };
+
+/** What the runs need of Locks; `A` is its acquire options, passed through by withLock. */
+export interface ScopedHost<A> {
+  readonly backend: Backend;
+  readonly calls: Calls;
+  readonly closingSignal: AbortSignal;
+  /** The Locks' default ttl (runExclusive's default lockAtMostFor). */
+  readonly ttlMs: number;
+  acquire(key: string, options?: A): Promise<Lease>;
+  tryAcquire(key: string, options?: { ttl?: Duration; renew?: boolean; signal?: AbortSignal }): Promise<Lease | null>;
+}
+
+const EXCLUSIVE_OPTS = ['lockAtLeastFor', 'lockAtMostFor', 'signal'] as const;
+
+export async function withLock<T, A>(
+  host: ScopedHost<A>,
+  key: string,
+  fn: (lease: Lease) => Promise<T> | T,
+  options?: A,
+): Promise<T> {
+  if (typeof fn !== 'function') throw new InvalidArgumentError('withLock: fn must be a function');
+  const lease = (await host.acquire(key, options)) as LeaseImpl;
+  let value: T;
+  try {
+    value = await fn(lease);
+  } catch (e) {
+    await quietRelease(lease);
+    throw e;
+  }
+  // `held` first: it marks a lease past its validity lost now, even when fn stalled the event
+  // loop past the TTL and no timer has run since (`lostError` alone would miss that)
+  const held = lease.held;
+  const lost = held ? null : lease.lostError;
+  const closedUnder = !held && !lost && lease.state !== 'held' && host.closingSignal.aborted;
+  await quietRelease(lease);
+  // the work finished, but not under the lock the whole time: the caller must know
+  if (lost) throw lost;
+  if (closedUnder) throw new ClosedError();
+  return value;
+}
+
+export async function runExclusive<T, A>(
+  host: ScopedHost<A>,
+  key: string,
+  fn: (lease: Lease) => Promise<T> | T,
+  options?: RunExclusiveOptions,
+): Promise<RunExclusiveResult<T>> {
+  checkKey(key);
+  if (typeof fn !== 'function') throw new InvalidArgumentError('runExclusive: fn must be a function');
+  const o = checkOptions<RunExclusiveOptions>(options, EXCLUSIVE_OPTS, 'runExclusive');
+  const atMost =
+    o.lockAtMostFor === undefined
+      ? host.ttlMs
+      : checkTtl(toMs(o.lockAtMostFor, 'lockAtMostFor'), 'runExclusive: a lockAtMostFor');
+  const atLeast = o.lockAtLeastFor === undefined ? 0 : toMs(o.lockAtLeastFor, 'lockAtLeastFor', { allowZero: true });
+  if (atLeast > atMost) throw new InvalidArgumentError('lockAtLeastFor must not exceed lockAtMostFor');
+  const signal = checkSignal(o.signal, 'runExclusive');
+  const lease = (await host.tryAcquire(key, { ttl: atMost, renew: false, signal })) as LeaseImpl | null;
+  if (!lease) return { ran: false };
+  try {
+    return { ran: true, value: await fn(lease) };
+  } finally {
+    const keep = Math.floor(atLeast - (now() - lease.grantedAt));
+    if (keep >= 1 && lease.state === 'held') {
+      // the stored expiry keeps the window: it outlives close() and a crash
+      try {
+        const kept = host.backend.keep ? await keepWindow(host, lease, keep) : await extendWindow(host, lease, keep);
+        if (kept) lease.detach();
+        else await quietRelease(lease);
+      } catch {
+        await quietRelease(lease);
+      }
+    } else {
+      await quietRelease(lease);
+    }
+  }
+}
+
+/** Hands the lock over to the backend's store for the rest of the window (session backends). */
+function keepWindow(host: ScopedHost<unknown>, lease: LeaseImpl, ms: number): Promise<boolean> {
+  const backend = host.backend;
+  return host.calls.run('keep', () => backend.keep!(lease.fullKey, lease.token, ms), {
+    key: lease.key,
+    secrets: [lease.token],
+  });
+}
+
+/**
+ * Keeps the lock for the rest of the window by a token-checked extend on the server; the lease
+ * is detached after it, so its own validity no longer matters (lease.extend would refuse a
+ * window of 1–2 ms, and take one confirmed after its validity for lost, and release it). A
+ * window shorter than MIN_TTL_MS is rounded up to it: kept a millisecond or two longer, never
+ * given up early.
+ */
+async function extendWindow(host: ScopedHost<unknown>, lease: LeaseImpl, ms: number): Promise<boolean> {
+  const backend = host.backend;
+  const item = { key: lease.fullKey, token: lease.token, ttlMs: Math.max(ms, MIN_TTL_MS) };
+  const [ok] = await host.calls.run('extend', () => backend.extend([item]), {
+    key: lease.key,
+    secrets: [lease.token],
+  });
+  return ok === true;
+}
+
+async function quietRelease(lease: LeaseImpl): Promise<void> {
+  try {
+    await lease.release();
+  } catch {
+    // reported on the leasehold:release channel; the lock runs out by its TTL
+  }
+}
