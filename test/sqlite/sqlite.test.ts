@@ -1,5 +1,5 @@
 /** What is particular to the SQLite backend: options, URLs, a locked database, a reboot, secrets at rest. */
-import { readFileSync, readdirSync, writeFileSync } from 'node:fs';
+import { readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import Database from 'better-sqlite3';
 import { afterAll, describe, expect, test } from 'vitest';
@@ -77,7 +77,7 @@ describe('sqlite: arguments', () => {
     expect(backend.name).toBe('sqlite');
     const locks = createLocks(backend);
     const lease = await locks.acquire('url');
-    expect(lease.fence).toBe(1n);
+    expect(lease.fence > 0n).toBe(true); // the first fence of a new file: its floor (the time in µs) + 1
     await locks.close();
     expect((backend as unknown as { db: Database.Database }).db.open).toBe(false);
     await expect(fromUrl('sqlite://elsewhere/x.db')).rejects.toBeInstanceOf(InvalidArgumentError);
@@ -238,6 +238,58 @@ describe('sqlite: behaviour', () => {
     expect(await stays.release()).toBe(false);
     await b.close();
     await c.close();
+  });
+
+  test('a key whose row a power loss took starts above its lost fences after the reboot', async () => {
+    const path = dbs.path();
+    const a = createLocks(sqlite(path));
+    await (await a.acquire('old')).release();
+    // the last sync point (synchronous = NORMAL syncs at a checkpoint): what a power loss keeps
+    (a.backend as unknown as { db: Database.Database }).db.pragma('wal_checkpoint(TRUNCATE)');
+    const synced = readFileSync(path);
+    const issued: bigint[] = [];
+    for (let i = 0; i < 3; i++) {
+      const l = await a.acquire('new'); // its row exists only in unsynced commits
+      issued.push(l.fence);
+      await l.release();
+    }
+    const old = await a.acquire('old');
+    await old.release();
+    await a.close();
+    // power loss: the file as last synced, the WAL gone; the machine boots with another boot id
+    for (const s of ['-wal', '-shm']) rmSync(path + s, { force: true });
+    writeFileSync(path, synced);
+    const raw = new Database(path, { timeout: 2000 });
+    raw.prepare(`UPDATE leasehold_meta SET value = 'mono:another-boot' WHERE name = 'clock'`).run();
+    raw.close();
+    const b = createLocks(sqlite(path));
+    const n = await b.acquire('new');
+    const o = await b.acquire('old');
+    // before: the new row started at 1 again (fence 1 after fences 1, 2, 3)
+    expect(n.fence > issued[2]!).toBe(true);
+    expect(n.fence).toBe(issued[0]! - 1n + REBOOT_FENCE_JUMP + 1n);
+    expect(o.fence > old.fence).toBe(true);
+    await b.close();
+  });
+
+  test('a file an older version made keeps every fence increasing; its new keys start above them', async () => {
+    const path = dbs.path();
+    const a = createLocks(sqlite(path));
+    await (await a.acquire('k')).release();
+    await a.close();
+    // what the older version left: no fence floor, rows counted from 1
+    const raw = new Database(path, { timeout: 2000 });
+    raw.prepare(`DELETE FROM leasehold_meta WHERE name = 'fence_floor'`).run();
+    raw.prepare(`UPDATE leasehold_locks SET fence = 7`).run();
+    raw.close();
+    const b = createLocks(sqlite(path));
+    expect((await b.acquire('k')).fence).toBe(8n);
+    const fresh = await b.acquire('fresh');
+    expect(fresh.fence > 8n).toBe(true);
+    // seeded from the time in µs: a file made again later starts above this one's fences
+    const wallUs = BigInt(Date.now()) * 1000n;
+    expect(fresh.fence <= wallUs && fresh.fence > wallUs - 60_000_000n).toBe(true);
+    await b.close();
   });
 
   test('list pages through many keys and stops at the end of the prefix', async () => {

@@ -7,7 +7,8 @@
  *   leasehold_queue    the arrival queue: ticket (rowid: arrival order), key, holder, expires
  *                      (a waiter's place runs out unless it tries again)
  *   leasehold_results  idempotency results: key → value, expires (wall clock ms: it outlives reboots)
- *   leasehold_meta     name → value; `clock` records which clock the stored expiries use
+ *   leasehold_meta     name → value; `clock` records which clock the stored expiries use,
+ *                      `fence_floor` the fence below which a new row never starts (FENCE_FLOOR)
  */
 import type BetterSqlite3 from 'better-sqlite3';
 import type { HostClock } from './clock.js';
@@ -39,23 +40,50 @@ CREATE TABLE IF NOT EXISTS leasehold_meta (name TEXT PRIMARY KEY, value TEXT NOT
 `;
 
 /**
+ * The first fence of a key's new row is `fence_floor + 1`. A row can be missing although the key
+ * had fences before: a power loss took the unsynced commits that created it, or the file was
+ * deleted and made again. The floor is seeded from the time in microseconds since 1970 when the file
+ * (or a file of an older version, then at least its highest fence) first gets one, and it jumps
+ * by REBOOT_FENCE_JUMP with the rows at every reboot, in the same synced commit.
+ */
+const FENCE_FLOOR = 'fence_floor';
+
+/**
  * Creates what is missing and checks the clock. Runs inside a write transaction. A database last
  * written under another boot (or another kind of clock) holds no live lease: holders and waiters
- * are cleared and every fence jumps by REBOOT_FENCE_JUMP.
+ * are cleared and every fence, and the floor of new rows, jumps by REBOOT_FENCE_JUMP.
  */
 export function migrate(db: Db, clock: HostClock): void {
   db.exec(DDL);
-  const prev = db.prepare(`SELECT value FROM leasehold_meta WHERE name = 'clock'`).pluck().get() as string | undefined;
-  if (prev === clock.id) return;
-  if (prev !== undefined) {
+  const meta = (name: string) =>
+    db.prepare(`SELECT value FROM leasehold_meta WHERE name = ?`).pluck().get(name) as string | undefined;
+  const set = (name: string, value: string) =>
+    db
+      .prepare(
+        `INSERT INTO leasehold_meta (name, value) VALUES (?, ?) ON CONFLICT (name) DO UPDATE SET value = excluded.value`,
+      )
+      .run(name, value);
+  const prev = meta('clock');
+  const stored = meta(FENCE_FLOOR);
+  if (prev === clock.id && stored !== undefined) return;
+  let floor: bigint;
+  if (stored !== undefined) floor = BigInt(stored);
+  else {
+    // a new file, or one an older version made (its new rows started at 1): the wall clock in µs,
+    // and at least every fence the file holds
+    const top = db.prepare(`SELECT max(fence) FROM leasehold_locks`).pluck().safeIntegers(true).get() as bigint | null;
+    const wall = BigInt(Math.floor((performance.timeOrigin + performance.now()) * 1000));
+    floor = top !== null && top > wall ? top : wall;
+  }
+  if (prev !== undefined && prev !== clock.id) {
     db.prepare(`UPDATE leasehold_locks SET holder = NULL, value = NULL, expires = 0, fence = fence + ?`).run(
       REBOOT_FENCE_JUMP,
     );
     db.prepare(`DELETE FROM leasehold_queue`).run();
+    floor += REBOOT_FENCE_JUMP;
   }
-  db.prepare(
-    `INSERT INTO leasehold_meta (name, value) VALUES ('clock', ?) ON CONFLICT (name) DO UPDATE SET value = excluded.value`,
-  ).run(clock.id);
+  set(FENCE_FLOOR, String(floor));
+  set('clock', clock.id);
 }
 
 export interface LockRow {
@@ -115,7 +143,8 @@ export class Statements {
     this.lock = db.prepare(`SELECT holder, expires FROM leasehold_locks WHERE key = ?`);
     this.grant = db
       .prepare(
-        `INSERT INTO leasehold_locks (key, fence, holder, expires, value) VALUES (?, 1, ?, ?, ?)
+        `INSERT INTO leasehold_locks (key, fence, holder, expires, value)
+         VALUES (?, coalesce((SELECT CAST(value AS INTEGER) FROM leasehold_meta WHERE name = '${FENCE_FLOOR}'), 0) + 1, ?, ?, ?)
          ON CONFLICT (key) DO UPDATE SET fence = fence + 1, holder = excluded.holder,
            expires = excluded.expires, value = excluded.value
          RETURNING fence`,
