@@ -3,6 +3,8 @@
  *   contend <db> <key> <count> <csMs>   acquire → hold csMs → release, count times; prints each
  *                                       hold as {kind:'hold', start, end, fence, waited}
  *   hold <db> <key> <ms>                acquires, prints {kind:'held'}, holds ms, releases
+ *   try <db> <key>                      tryAcquire once: prints {kind:'try', fence} (null: refused)
+ *                                       or {kind:'try', error}, and releases
  * Ends with {kind:'done'}.
  */
 import { sqlite } from '../../src/backends/sqlite/index.js';
@@ -34,6 +36,14 @@ if (role === 'contend') {
   say({ kind: 'held', fence: lease.fence, t: clock() });
   await sleep(Number(a));
   await lease.release();
+} else if (role === 'try') {
+  try {
+    const lease = await locks.tryAcquire(key!);
+    say({ kind: 'try', fence: lease?.fence ?? null });
+    await lease?.release();
+  } catch (e) {
+    say({ kind: 'try', error: String(e) });
+  }
 }
 await locks.close();
 say({ kind: 'done' });

@@ -3,11 +3,12 @@
  * 1 ms critical sections; a change by another process reaches a watcher by data_version polling.
  */
 import { type ChildProcess, spawn } from 'node:child_process';
+import { rmSync } from 'node:fs';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
-import { afterAll, afterEach, expect, test } from 'vitest';
+import { afterAll, afterEach, describe, expect, test } from 'vitest';
 import { sqlite } from '../../src/backends/sqlite/index.js';
-import { createLocks } from '../../src/index.js';
+import { BackendError, createLocks, LeaseLostError } from '../../src/index.js';
 import { TempDbs } from '../support/sqlite.js';
 
 const CHILD = fileURLToPath(new URL('./child.ts', import.meta.url));
@@ -22,8 +23,9 @@ interface Line {
   kind: string;
   start?: number;
   end?: number;
-  fence?: string;
+  fence?: string; // null: 'try' refused
   waited?: number;
+  error?: string;
   t?: number;
 }
 
@@ -98,3 +100,33 @@ test('a grant and a release in another process reach a watcher by polling', asyn
     await locks.close();
   }
 }, 30_000);
+
+describe.each([
+  ['the file, its -wal and -shm are deleted', ['', '-wal', '-shm']],
+  ['only its -wal and -shm are deleted', ['-wal', '-shm']],
+])('%s while a process holds a lock', (_, deleted) => {
+  test('its lease is lost, and another process never gets a lower fence', async () => {
+    const db = dbs.path();
+    const locks = createLocks(sqlite(db), { ttl: '1s', prefix: 'lh-proc' });
+    for (let i = 0; i < 2; i++) await (await locks.acquire('job')).release();
+    const lease = await locks.acquire('job');
+    try {
+      for (const s of deleted) rmSync(db + s);
+      const [b] = (await child(['try', db, 'job'])).filter((l) => l.kind === 'try');
+      // the other process opened fresh files: it may be granted, but above every earlier fence
+      // (before: fence 1 after 3, both holding)
+      if (b!.fence) expect(BigInt(b!.fence) > lease.fence).toBe(true);
+      // the holder learns at its next renewal (a third of the TTL), its write refused
+      await expect.poll(() => lease.signal.aborted, { timeout: 5000 }).toBe(true);
+      expect(lease.held).toBe(false);
+      await expect(lease.extend()).rejects.toBeInstanceOf(LeaseLostError);
+      expect(await lease.release()).toBe(false);
+      // nothing is written to the files this process still has open: an acquire fails, not transient
+      const e = await locks.tryAcquire('other').catch((x: unknown) => x);
+      expect(e).toBeInstanceOf(BackendError);
+      expect((e as Error).message).toMatch(/was deleted while this backend had it open; its leases are lost/);
+    } finally {
+      await locks.close();
+    }
+  }, 30_000);
+});

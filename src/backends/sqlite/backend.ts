@@ -12,6 +12,7 @@ import { BackendError, ClosedError, LeaseholdError } from '../../errors.js';
 import { digest } from '../../hash.js';
 import { now as monotonic, sleep } from '../../wait.js';
 import { hostClock, type HostClock } from './clock.js';
+import { FileIdentity } from './identity.js';
 import { migrate, Statements, type InfoRow, type LockRow, type PageRow, type QueueHead } from './schema.js';
 import { announce, joinHub, Poller, type Waiter } from './watch.js';
 
@@ -46,6 +47,11 @@ export interface SqliteConfig {
   readonly pollMs: number;
   readonly busyMs: number;
   readonly synchronous: 'normal' | 'full';
+  /**
+   * The file `db` was opened from (absolute), when the backend opened it by path: every call
+   * checks that the path still names it (identity.ts).
+   */
+  readonly file?: string;
 }
 
 /** Rows per page of `list`. */
@@ -93,6 +99,9 @@ export class SqliteBackend implements Backend {
   private poller: Poller | null = null;
   private opening: Promise<void> | null = null;
   private leaveHub: (() => void) | null = null;
+  private identity: FileIdentity | null = null;
+  /** What happened to the file under this backend (deleted, replaced): every call fails since. */
+  private gone: string | null = null;
   private readonly tx: <T>(fn: () => T) => T;
   /** Per key: the holder digest of this backend's refused waiter (one acquire per key at a time). */
   private readonly refusals = new Map<string, string>();
@@ -135,6 +144,8 @@ export class SqliteBackend implements Backend {
     const ours = this.config.synchronous === 'normal' && this.clock.monotonic ? 1 : 2; // NORMAL : FULL
     const level = Math.max(ours, theirs);
     if (level !== 2) db.pragma(`synchronous = ${level}`);
+    // the connection has read the database: its -wal and -shm exist and are the ones it uses
+    if (this.config.file !== undefined) this.identity = FileIdentity.take(this.config.file);
     this.st = new Statements(db);
     this.poller = new Poller(this.st, this.clock, this.config.pollMs);
     this.leaveHub = joinHub(this.id, (key) => this.poller?.changed(key));
@@ -180,18 +191,25 @@ export class SqliteBackend implements Backend {
 
   async extend(items: readonly ExtendItem[]): Promise<boolean[]> {
     if (items.length === 0) return [];
-    return this.write('extend', () => {
-      const now = this.clock.now();
-      return items.map(
-        ({ key, token, ttlMs }) => this.st!.extend.run(now + ttlMs, key, digestOf(token), now).changes === 1,
-      );
-    });
+    // the file gone, no lease of this backend is in the file at its path any more: refused
+    const refused = () => items.map(() => false);
+    return this.write(
+      'extend',
+      () => {
+        const now = this.clock.now();
+        return items.map(
+          ({ key, token, ttlMs }) => this.st!.extend.run(now + ttlMs, key, digestOf(token), now).changes === 1,
+        );
+      },
+      refused,
+    );
   }
 
   async release(key: string, token: string): Promise<boolean> {
     const ok = await this.write(
       'release',
       () => this.st!.release.run(key, digestOf(token), this.clock.now()).changes === 1,
+      () => false, // the file gone: not held there (extend says why)
     );
     if (ok) announce(this.id, key);
     return ok;
@@ -307,20 +325,43 @@ export class SqliteBackend implements Backend {
     if (this.closed) throw new ClosedError('this sqlite backend is closed');
   }
 
-  /** One write transaction (BEGIN IMMEDIATE … COMMIT), retried while another process writes. */
-  private async write<T>(op: string, fn: () => T): Promise<T> {
+  /**
+   * One write transaction (BEGIN IMMEDIATE … COMMIT), retried while another process writes.
+   * When the file was deleted or replaced: `moved()`, else a BackendError, never a write.
+   */
+  private async write<T>(op: string, fn: () => T, moved?: () => T): Promise<T> {
     if (!this.st) await this.init();
     return this.retry(op, () => {
       if (this.db.inTransaction) {
         throw new BackendError(`sqlite: ${op}: the connection is inside a transaction of its own`);
       }
+      if (this.identity && this.fileGone(op, !moved)) return moved!();
       return this.tx(fn);
     });
   }
 
   private async read<T>(op: string, fn: () => T): Promise<T> {
     if (!this.st) await this.init();
-    return this.retry(op, fn);
+    return this.retry(op, () => {
+      if (this.identity) this.fileGone(op, true);
+      return fn();
+    });
+  }
+
+  /**
+   * Whether the path no longer names the files this connection uses (looked at before a call, at
+   * most once a millisecond: identity.ts). Writing on would be writing to a file no one else reads, or one SQLite's
+   * other connections no longer lock with: every lease of this backend is lost, and the next
+   * process to open the path grants them again. Not transient: it never passes by itself.
+   */
+  private fileGone(op: string, raise: boolean): boolean {
+    this.gone ??= this.identity!.changed();
+    if (this.gone === null) return false;
+    if (!raise) return true;
+    throw new BackendError(
+      `sqlite: ${op}: ${this.gone} while this backend had it open; its leases are lost, and processes ` +
+        'that open the path now use other files. Stop every process using it, then open it again (docs/sqlite.md)',
+    );
   }
 
   /**

@@ -88,7 +88,10 @@ export function sqlite(pathOrDb: string | SqliteDatabase, options?: SqliteOption
   } catch (e) {
     throw new BackendError(`sqlite: cannot open ${pathOrDb}: ${(e as Error).message}`, { cause: e });
   }
-  return new SqliteBackend({ db, owned: true, pollMs, busyMs, synchronous });
+  // the file it opened (relative to the working directory now), for the check that the path
+  // still names it; not for an in-memory or temporary database
+  const file = pathOrDb === ':memory:' || db.memory ? undefined : resolve(pathOrDb);
+  return new SqliteBackend({ db, owned: true, pollMs, busyMs, synchronous, file });
 }
 
 /**
