@@ -1,8 +1,10 @@
 /**
  * Fences never go back, on a private cluster this test makes (initdb in a temp directory, a free
  * port, synchronous_commit = off so only leasehold's own durability holds the epoch): through a
- * clean restart, a crash (kill -9 of the postmaster: unlogged tables are emptied) and
- * pg_terminate_backend of the session, for session locks and xactLock alike.
+ * clean restart, a crash (kill -9 of the postmaster: unlogged tables are emptied), a crash of one
+ * server process (kill -9 of a backend: the postmaster stays up, with its start time, and runs
+ * crash recovery, which empties them too) and pg_terminate_backend of the session, for session
+ * locks and xactLock alike.
  */
 import { execFileSync, spawnSync } from 'node:child_process';
 import { chmodSync, chownSync, existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
@@ -10,7 +12,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import pg from 'pg';
 import { afterAll, beforeAll, expect, test } from 'vitest';
-import { postgres, xactLock } from '../../src/backends/postgres/index.js';
+import { migrate, postgres, xactLock } from '../../src/backends/postgres/index.js';
 import { freePort } from '../support/ports.js';
 
 function pgBin(name: string): string {
@@ -48,6 +50,15 @@ function start(): void {
 function stop(): void {
   run(pgBin('pg_ctl'), ['-D', join(dir, 'data'), '-m', 'fast', '-w', 'stop']);
 }
+/** Starts the cluster unless it runs (each test leaves it running; a failed one may not). */
+async function up(): Promise<void> {
+  if (!port) port = await freePort();
+  try {
+    run(pgBin('pg_ctl'), ['-D', join(dir, 'data'), 'status']);
+  } catch {
+    start();
+  }
+}
 /** kill -9 of the postmaster, then waits until none of its processes is left. */
 async function crash(): Promise<void> {
   const pid = Number(readFileSync(join(dir, 'data', 'postmaster.pid'), 'utf8').split('\n')[0]);
@@ -67,6 +78,91 @@ async function crash(): Promise<void> {
     })();
     if (!alive && !left) return;
     await new Promise((r) => setTimeout(r, 100));
+  }
+}
+
+/**
+ * kill -9 of one idle server process (not the postmaster), then waits until the server accepts
+ * queries again: a witness session, open before, is ended by the postmaster's crash handling (it
+ * ends every session before crash recovery); connections are refused until recovery is done.
+ */
+async function crashOneBackend(): Promise<void> {
+  const open = async () => {
+    const c = new pg.Client({ connectionString: url() });
+    c.on('error', () => {});
+    await c.connect();
+    return c;
+  };
+  const witness = await open();
+  const victim = await open();
+  const pid = Number((await victim.query('select pg_backend_pid() as p')).rows[0].p);
+  process.kill(pid, 'SIGKILL');
+  const deadline = Date.now() + 60_000;
+  const pause = () => new Promise((r) => setTimeout(r, 100));
+  while (
+    await witness.query('select 1').then(
+      () => true,
+      () => false,
+    )
+  ) {
+    if (Date.now() > deadline) throw new Error('the postmaster did not end the other sessions');
+    await pause();
+  }
+  await witness.end().catch(() => {});
+  await victim.end().catch(() => {});
+  for (;;) {
+    try {
+      const c = await open();
+      await c.end();
+      return;
+    } catch (e) {
+      if (Date.now() > deadline) throw e; // "the database system is in recovery mode"
+      await pause();
+    }
+  }
+}
+
+/** The server's start time, the fence sequence's state and the mark (an admin connection of its own). */
+async function state(): Promise<{ started: string; called: boolean; marks: number }> {
+  const c = new pg.Client({ connectionString: url() });
+  await c.connect();
+  try {
+    const r = await c.query(`select pg_postmaster_start_time()::text as started,
+      (select is_called from leasehold_fence_seq) as called`);
+    // -1: no mark table (an older version)
+    const marks = await c.query('select count(*)::int as n from leasehold_epoch_mark').then(
+      (m) => Number(m.rows[0].n),
+      () => -1,
+    );
+    return { ...r.rows[0], marks };
+  } finally {
+    await c.end();
+  }
+}
+
+/** An xactLock in a transaction of its own; committed unless `rollback`. */
+async function xactGrant(key: string, rollback = false): Promise<bigint> {
+  const c = new pg.Client({ connectionString: url() });
+  await c.connect();
+  try {
+    await c.query('BEGIN');
+    try {
+      return await xactLock(c, key);
+    } finally {
+      await c.query(rollback ? 'ROLLBACK' : 'COMMIT');
+    }
+  } finally {
+    await c.end();
+  }
+}
+
+/** migrate() through a pool of its own (what records the epoch for xactLock after a reset). */
+async function migrated(): Promise<void> {
+  const pool = new pg.Pool({ connectionString: url(), max: 2 });
+  try {
+    await migrate(pool);
+  } finally {
+    await pool.end();
   }
 }
 
@@ -126,6 +222,8 @@ test('fences never go back: clean restart, kill -9 of the postmaster, pg_termina
   stop();
   start();
   more(await grants('k'), 'after a clean restart');
+  // a clean restart keeps the unlogged sequence and mark: no bump, the same epoch goes on
+  expect(seen.at(-1)! >> 40n).toBe(seen.at(-3)! >> 40n);
 
   // a crash: the holder rows and the fence sequence (unlogged) are reset; the epoch, flushed
   // before any grant of the last start, puts every new fence above the old ones
@@ -161,4 +259,57 @@ test('fences never go back: clean restart, kill -9 of the postmaster, pg_termina
   await crash();
   start();
   more(await grants('k'), 'after two crashes');
+}, 240_000);
+
+test('a crash of one server process (kill -9 of a backend; the postmaster stays up and runs crash recovery): fences go on above, session mode and xactLock', async () => {
+  await up();
+  const seen: bigint[] = [];
+  const more = (fs: bigint[], why: string) => {
+    for (const f of fs) {
+      const last = seen.at(-1) ?? 0n;
+      expect(f > last, `${why}: fence ${f} after ${last}`).toBe(true);
+      seen.push(f);
+    }
+  };
+  for (let i = 0; i < 3; i++) more(await grants('b'), 'before the crash');
+
+  const before = await state();
+  await crashOneBackend();
+  const after = await state();
+  // the postmaster did not restart, yet the fence sequence was reset (and the mark with it)
+  expect(after.started).toBe(before.started);
+  expect(after.called).toBe(false);
+  // several processes see the reset at once: each draws above every earlier fence, under one epoch
+  const pools = Array.from({ length: 4 }, () => new pg.Pool({ connectionString: url(), max: 3 }));
+  try {
+    const fences = await Promise.all([
+      ...pools.map(async (pool, i) => {
+        const b = postgres(pool);
+        try {
+          const g = await b.acquire(`leasehold:b${i}`, { token: 't', ttlMs: 30_000 });
+          return g!.fence;
+        } finally {
+          await b.close();
+        }
+      }),
+      migrated().then(() => null),
+      migrated().then(() => null),
+    ]);
+    const drawn = fences.filter((f): f is bigint => f !== null);
+    const last = seen.at(-1)!;
+    for (const f of drawn) expect(f > last, `after the crash, concurrently: fence ${f} after ${last}`).toBe(true);
+    expect(new Set(drawn).size).toBe(drawn.length);
+    expect(new Set(drawn.map((f) => f >> 40n)).size).toBe(1);
+    seen.push(...[...drawn].sort((a, b) => (a < b ? -1 : 1)));
+  } finally {
+    await Promise.all(pools.map((p) => p.end()));
+  }
+  more(await grants('b'), 'after the crash');
+  expect(after.marks).toBe(0);
+
+  // again, with xactLock first
+  await crashOneBackend();
+  expect((await state()).called).toBe(false);
+  more([await xactGrant('b')], 'xactLock after the second crash');
+  more(await grants('b'), 'after the second crash');
 }, 240_000);

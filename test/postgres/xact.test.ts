@@ -367,7 +367,7 @@ describe.each(KINDS)('transaction mode (%s)', (kind) => {
       `select count(*)::int as n from pg_tables where schemaname = any($1) and tablename like 'leasehold_%'`,
       [[schema, schema2]],
     );
-    expect(r.rows[0].n).toBe(12); // six tables each (and the fence sequence)
+    expect(r.rows[0].n).toBe(14); // seven tables each (and the fence sequence)
     await expect(migrate(client, { schema: 'a"b' })).rejects.toBeInstanceOf(InvalidArgumentError);
     await admin.query(`drop schema "${schema}" cascade; drop schema "${schema2}" cascade`);
   });

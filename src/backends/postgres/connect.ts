@@ -1,6 +1,6 @@
 /**
  * The session backend's connections (session.ts): opening the dedicated one (and refusing a
- * transaction pooler), reading the fence epoch of a connection's server start, and giving a
+ * transaction pooler), reading the fence epoch of the sequence's current run, and giving a
  * connection back with nothing of ours left on it.
  */
 import { BackendError, ClosedError, LeaseholdError } from '../../errors.js';
@@ -95,7 +95,11 @@ export async function openSession(
   }
 }
 
-/** The fence epoch of a connection's server start, recorded first (durably) when not yet done. */
+/**
+ * The fence epoch the sequence counts under, read once per connection: recorded first (bumped in
+ * its own durable commit, `bumpEpoch`) when crash recovery or a fresh install left no mark. No
+ * connection outlives crash recovery, so the value read stays valid for the connection's life.
+ */
 export async function readEpoch(
   conn: Conn,
   sql: Statements,
@@ -106,7 +110,7 @@ export async function readEpoch(
     if (row?.epoch != null) return { epoch: String(row.epoch), started: String(row.started) };
     await timed(conn.query(sql.bumpEpoch), timeoutMs, 'fence epoch');
   }
-  throw new BackendError('postgres: could not record the fence epoch of this server start');
+  throw new BackendError('postgres: could not record the fence epoch');
 }
 
 /** Back to the pool with no lock and no setting of ours left on it (destroyed when unsure). */

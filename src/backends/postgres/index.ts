@@ -10,7 +10,7 @@ import { adapt } from './adapt.js';
 import { backendError, type PostgresClientLike } from './client.js';
 import { checkOptions, describe, quoteIdent } from './keys.js';
 import { PostgresBackend } from './session.js';
-import { createTables, tablesExist } from './sql.js';
+import { createTables, statements, tablesExist } from './sql.js';
 import { postgresAdmin } from './list.js';
 
 export { advisoryKey, lockParts } from './keys.js';
@@ -79,7 +79,9 @@ export function postgres(poolOrSql: PostgresClientLike, opts?: PostgresOptions):
 }
 
 /**
- * Creates the schema (if missing) and the tables `leasehold_fences` and `leasehold_fence_seen`.
+ * Creates the schema (if missing) and the tables, and records the fence epoch when none is
+ * recorded since the fence sequence was last reset (a fresh install, a server crash), in its own
+ * durable commit (so that `xactLock` finds it and does not record it inside its transaction).
  * Idempotent and safe to run concurrently; needs CREATE privilege only when something is missing.
  */
 export async function migrate(poolOrSql: PostgresClientLike, opts?: { schema?: string }): Promise<void> {
@@ -87,8 +89,9 @@ export async function migrate(poolOrSql: PostgresClientLike, opts?: { schema?: s
   const quotedSchema = quoteIdent(o.schema ?? 'public', 'migrate(): schema');
   const db = adapt(poolOrSql);
   try {
-    if (await tablesExist(db, quotedSchema)) return;
-    await db.transaction((tx) => createTables(tx, quotedSchema));
+    if (!(await tablesExist(db, quotedSchema))) await db.transaction((tx) => createTables(tx, quotedSchema));
+    // one statement, its own commit (a no-op while the epoch's mark is there)
+    await db.query(statements(quotedSchema).bumpEpoch);
   } catch (e) {
     throw backendError(e, 'migrate');
   }

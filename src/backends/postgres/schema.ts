@@ -19,7 +19,7 @@ export class Schema {
   private ready: Promise<void> | null = null;
   /** The schema check passed (attempts skip it without a microtask turn). */
   private passed = false;
-  /** The fence epoch of the server start each session connection belongs to (read once). */
+  /** The fence epoch each session connection read (once: no connection outlives a reset). */
   private epochs = new WeakMap<Conn, { epoch: string; started: string }>();
 
   constructor(private readonly config: SchemaConfig) {}
@@ -61,7 +61,7 @@ export class Schema {
     return this.epochs.get(conn);
   }
 
-  /** The fence epoch of a session connection's server start (read once per connection). */
+  /** The fence epoch a session connection draws under (read, or recorded, once per connection). */
   async epochOf(conn: Conn): Promise<{ epoch: string; started: string }> {
     const known = this.epochs.get(conn);
     if (known) return known;

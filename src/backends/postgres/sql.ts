@@ -2,7 +2,8 @@
  * Every statement the Postgres backend sends, and the schema it needs.
  *
  * Tables (in `schema`, default `public`):
- *   leasehold_epoch       (id, epoch, started)   one row: bumped durably once per server start
+ *   leasehold_epoch       (id, epoch, started)   one row: the highest epoch recorded (durable)
+ *   leasehold_epoch_mark  UNLOGGED (id, epoch)   one row: the epoch the sequence counts under now
  *   leasehold_fence_seq   UNLOGGED SEQUENCE      the fence counter, shared by every key (no flush)
  *   leasehold_holders     UNLOGGED (key, fence, pid, value)  last grant per key: fence, holder, value
  *   leasehold_windows     (key, until, fence)    runExclusive windows kept after the holder let go
@@ -12,9 +13,11 @@
  *
  * A fence is `(epoch << 40) + nextval(leasehold_fence_seq)`: one counter for all keys, in an
  * UNLOGGED sequence (no WAL, no transaction id, no flush per grant), strictly increasing while the
- * server runs. A crash resets it, but the epoch — bumped and flushed once for every server start
- * before any grant of that start, and read once per session connection — puts every fence of the
- * new start above every fence of the old one. The lock and its fence are one statement that
+ * server runs. Crash recovery (of the whole server, or after one server process crashed) resets it
+ * together with the unlogged mark row; a missing mark is what says so. The epoch is then bumped
+ * and flushed, and the mark written, in one commit before any grant draws from the reset sequence;
+ * each session connection reads the mark once (no connection outlives crash recovery), so every
+ * fence after a reset is above every fence before it. The lock and its fence are one statement that
  * writes no row; the holder row (fence, value, pid: for inspect/list/watch) is written off the
  * grant's path. See docs/postgres.md ("Why fences never go back").
  *
@@ -36,6 +39,7 @@ const TABLES = [
   'leasehold_fences',
   'leasehold_fence_seen',
   'leasehold_epoch',
+  'leasehold_epoch_mark',
   'leasehold_holders',
   'leasehold_windows',
   'leasehold_results',
@@ -61,7 +65,10 @@ export interface Statements {
    * 'restarted'; a lock_timeout is an error (55P03).
    */
   readonly waitLock: string;
-  /** → { epoch, started } of this server start (after `bumpEpoch`), or no row. */
+  /**
+   * → { epoch, started }: the epoch the fence sequence counts under since its last reset (the mark
+   * `bumpEpoch` wrote) and the server's start (µs, for the acquire's guard); no row: none recorded.
+   */
   readonly epoch: string;
   /**
    * $1 key, $2 fence, $3 pid, $4 value, $5 advisory key, $6 channel: the holder row of a grant
@@ -76,7 +83,13 @@ export interface Statements {
   readonly waiterSetup: string;
   /** Lets go of every advisory lock of the session and resets what leasehold set on it. */
   readonly resetSession: string;
-  /** Records the epoch of this server start (durably); a no-op when already done. */
+  /**
+   * When the mark is missing (a fresh install, or crash recovery reset it with the sequence): bumps
+   * the epoch and writes the mark, in one durable commit (`synchronous_commit` raised to `local`
+   * if `off`, so the mark is seen only once the bump is on disk). A no-op when the mark is there.
+   * Concurrent callers are serialised on the epoch row; a loser bumps again (the epoch may jump
+   * by more than one) and keeps the winner's mark.
+   */
   readonly bumpEpoch: string;
   /** → { k } the advisory keys (as classid:objid) this connection holds. */
   readonly heldHere: string;
@@ -99,8 +112,8 @@ export interface Statements {
    * $1 advisory key, $2 key, $3 channel, $4 a `markTx` mark or null → { fence, epoch, tx }; waits
    * for the lock. NOTIFY at COMMIT. With a mark, nothing is locked unless this statement runs in
    * the transaction that set it (`tx` false: it does not, e.g. a connection outside BEGIN, where
-   * the lock would end with the statement); `epoch` false: no epoch of this server start yet
-   * (nothing locked either); else `fence`.
+   * the lock would end with the statement); `epoch` false: no epoch recorded for the sequence's
+   * current run (`bumpEpoch` has not run since a reset; nothing locked either); else `fence`.
    */
   readonly xactLock: string;
   /** Same, without waiting: `fence` null when the lock is held elsewhere. */
@@ -150,13 +163,15 @@ export function statements(quotedSchema: string): Statements {
   const fences = t('leasehold_fences');
   const seen = t('leasehold_fence_seen');
   const epochs = t('leasehold_epoch');
+  const mark = t('leasehold_epoch_mark');
   const holders = t('leasehold_holders');
   const windows = t('leasehold_windows');
   const results = t('leasehold_results');
   // A session that runs with synchronous_commit = off is raised to `local` for this one commit.
   const durable = `d AS (SELECT CASE WHEN current_setting('synchronous_commit') = 'off'
       THEN set_config('synchronous_commit', 'local', true) END AS s)`;
-  const epoch = `e AS (SELECT epoch FROM ${epochs} WHERE id = 1 AND started = pg_postmaster_start_time())`;
+  // the epoch of the sequence's current run: only a committed, flushed bump writes the mark
+  const epoch = `e AS (SELECT epoch FROM ${mark} WHERE id = 1)`;
   const seq = t('leasehold_fence_seq');
   const nextFence = (e: string) => `((${e} << ${EPOCH_SHIFT}) + nextval('${seq.replace(/'/g, "''")}'::regclass))`;
   // The CTE holding the volatile lock call is materialised and scanned exactly once, before the
@@ -198,8 +213,7 @@ export function statements(quotedSchema: string): Statements {
       '(pg_advisory_lock($1::int8) IS NOT NULL)',
       `\n        WHEN set_config('lock_timeout', $6::int8::text, false) IS NULL THEN NULL`,
     ),
-    epoch: `SELECT epoch::text AS epoch, ${startedUs}::text AS started FROM ${epochs}
-      WHERE id = 1 AND started = pg_postmaster_start_time()`,
+    epoch: `SELECT epoch::text AS epoch, ${startedUs}::text AS started FROM ${mark} WHERE id = 1`,
     record: `WITH r AS (INSERT INTO ${holders} AS h (key, fence, pid, value, lk)
       VALUES ($1::text, $2::int8, $3::int4, $4::text, $5::int8)
       ON CONFLICT (key) DO UPDATE SET fence = excluded.fence, pid = excluded.pid, value = excluded.value,
@@ -225,10 +239,12 @@ export function statements(quotedSchema: string): Statements {
         'transaction_timeout')) AS n`,
     attendWait: `UPDATE ${holders} SET attn = GREATEST(attn, clock_timestamp() + interval '60 seconds')
       WHERE key = $1::text`,
-    bumpEpoch: `WITH ${durable} INSERT INTO ${epochs} AS x (id, epoch, started)
-      SELECT 1, 1, pg_postmaster_start_time() FROM d
-      ON CONFLICT (id) DO UPDATE SET epoch = x.epoch + 1, started = excluded.started
-        WHERE x.started IS DISTINCT FROM excluded.started`,
+    bumpEpoch: `WITH ${durable},
+      b AS (INSERT INTO ${epochs} AS x (id, epoch, started)
+        SELECT 1, 1, pg_postmaster_start_time() FROM d WHERE NOT EXISTS (SELECT 1 FROM ${mark} WHERE id = 1)
+        ON CONFLICT (id) DO UPDATE SET epoch = x.epoch + 1, started = excluded.started
+        RETURNING x.epoch)
+      INSERT INTO ${mark} (id, epoch) SELECT 1, epoch FROM b ON CONFLICT (id) DO NOTHING`,
     heldHere: `SELECT classid::int8::text || ':' || objid::int8::text AS k FROM pg_locks
       WHERE pid = pg_backend_pid() AND locktype = 'advisory' AND objsubid = 1 AND granted`,
     release: `SELECT CASE WHEN NOT pg_advisory_unlock($1::int8) THEN false
@@ -339,6 +355,8 @@ export async function createTables(tx: Queryable, quotedSchema: string): Promise
     `CREATE TABLE IF NOT EXISTS ${t('leasehold_fences')} (key text PRIMARY KEY, fence bigint NOT NULL) WITH (fillfactor = 70)`,
     `CREATE TABLE IF NOT EXISTS ${t('leasehold_fence_seen')} (resource text PRIMARY KEY, fence bigint NOT NULL) WITH (fillfactor = 70)`,
     `CREATE TABLE IF NOT EXISTS ${t('leasehold_epoch')} (id int PRIMARY KEY CHECK (id = 1), epoch bigint NOT NULL, started timestamptz NOT NULL)`,
+    // emptied by crash recovery together with the sequence: a missing row means "bump first"
+    `CREATE UNLOGGED TABLE IF NOT EXISTS ${t('leasehold_epoch_mark')} (id int PRIMARY KEY CHECK (id = 1), epoch bigint NOT NULL)`,
     // lk: the advisory key, for list's join with pg_locks
     `CREATE UNLOGGED TABLE IF NOT EXISTS ${t('leasehold_holders')} (key text PRIMARY KEY, fence bigint NOT NULL,
        pid int NOT NULL, value text, lk bigint NOT NULL, attn timestamptz)
@@ -349,10 +367,9 @@ export async function createTables(tx: Queryable, quotedSchema: string): Promise
     await tx.query(ddl);
   }
   if (Number(had?.seq) === 0) {
-    // Fences came from per-key counters until the shared sequence existed: the next epoch puts
-    // every fence of the sequence above them (durably, as every epoch bump)
-    await tx.query(`SELECT set_config('synchronous_commit', 'local', true)
-      WHERE current_setting('synchronous_commit') = 'off'`);
-    await tx.query(`UPDATE ${t('leasehold_epoch')} SET epoch = epoch + 1`);
+    // A new sequence counts from 1 again (fences came from per-key counters until the shared
+    // sequence existed, or the sequence was dropped): no mark, so the next `bumpEpoch` puts every
+    // fence of the new sequence above the earlier ones, in its own durable commit
+    await tx.query(`DELETE FROM ${t('leasehold_epoch_mark')}`);
   }
 }

@@ -118,8 +118,8 @@ async function lock(
       );
     }
     if (row?.epoch === false) {
-      // the first grant since the server started records its fence epoch (durably, in this transaction)
-      if (round > 0) throw new BackendError(`postgres: ${what} could not record the fence epoch of this server start`);
+      // the first grant since the fence sequence was reset records its fence epoch (in this transaction)
+      if (round > 0) throw new BackendError(`postgres: ${what} could not record the fence epoch`);
       await run(q, r.quotedSchema, q.identity, s.bumpEpoch, [], what);
       continue;
     }
