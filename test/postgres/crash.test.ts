@@ -4,7 +4,7 @@
  * clean restart, a crash (kill -9 of the postmaster: unlogged tables are emptied), a crash of one
  * server process (kill -9 of a backend: the postmaster stays up, with its start time, and runs
  * crash recovery, which empties them too) and pg_terminate_backend of the session, for session
- * locks and xactLock alike.
+ * locks and xactLock alike; and a rolled-back xactLock's fence is not issued again after a crash.
  */
 import { execFileSync, spawnSync } from 'node:child_process';
 import { chmodSync, chownSync, existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
@@ -12,7 +12,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import pg from 'pg';
 import { afterAll, beforeAll, expect, test } from 'vitest';
-import { migrate, postgres, xactLock } from '../../src/backends/postgres/index.js';
+import { FenceEpochError, migrate, postgres, xactLock } from '../../src/backends/postgres/index.js';
 import { freePort } from '../support/ports.js';
 
 function pgBin(name: string): string {
@@ -26,7 +26,10 @@ const asRoot = process.getuid?.() === 0;
 /** Runs a server binary as the postgres user when we are root (the server refuses root). */
 function run(bin: string, args: string[]): string {
   const [cmd, argv] = asRoot ? ['runuser', ['-u', 'postgres', '--', bin, ...args]] : [bin, args];
-  return execFileSync(cmd, argv, { encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'] });
+  return execFileSync(cmd, argv, {
+    encoding: 'utf8',
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
 }
 
 let dir = '';
@@ -123,7 +126,11 @@ async function crashOneBackend(): Promise<void> {
 }
 
 /** The server's start time, the fence sequence's state and the mark (an admin connection of its own). */
-async function state(): Promise<{ started: string; called: boolean; marks: number }> {
+async function state(): Promise<{
+  started: string;
+  called: boolean;
+  marks: number;
+}> {
   const c = new pg.Client({ connectionString: url() });
   await c.connect();
   try {
@@ -188,7 +195,10 @@ async function grants(key: string): Promise<bigint[]> {
   pool.on('error', () => {});
   try {
     const b = postgres(pool);
-    const g = await b.acquire(`leasehold:${key}`, { token: 'tok', ttlMs: 30_000 });
+    const g = await b.acquire(`leasehold:${key}`, {
+      token: 'tok',
+      ttlMs: 30_000,
+    });
     expect(g).not.toBeNull();
     expect(await b.release(`leasehold:${key}`, 'tok')).toBe(true);
     await b.close();
@@ -244,7 +254,10 @@ test('fences never go back: clean restart, kill -9 of the postmaster, pg_termina
   const holder = postgres(pool);
   const lost: string[] = [];
   holder.onLost!((k) => lost.push(k));
-  const g = await holder.acquire('leasehold:k', { token: 'held', ttlMs: 30_000 });
+  const g = await holder.acquire('leasehold:k', {
+    token: 'held',
+    ttlMs: 30_000,
+  });
   more([g!.fence], 'held');
   await admin.query('select pg_terminate_backend($1::int4)', [holder.sessionPid]);
   while (lost.length === 0) await new Promise((r) => setTimeout(r, 10));
@@ -286,7 +299,10 @@ test('a crash of one server process (kill -9 of a backend; the postmaster stays 
       ...pools.map(async (pool, i) => {
         const b = postgres(pool);
         try {
-          const g = await b.acquire(`leasehold:b${i}`, { token: 't', ttlMs: 30_000 });
+          const g = await b.acquire(`leasehold:b${i}`, {
+            token: 't',
+            ttlMs: 30_000,
+          });
           return g!.fence;
         } finally {
           await b.close();
@@ -307,9 +323,44 @@ test('a crash of one server process (kill -9 of a backend; the postmaster stays 
   more(await grants('b'), 'after the crash');
   expect(after.marks).toBe(0);
 
-  // again, with xactLock first
+  // again, with xactLock first: migrate() records the epoch in its own commit, xactLock draws above
   await crashOneBackend();
   expect((await state()).called).toBe(false);
+  await migrated();
   more([await xactGrant('b')], 'xactLock after the second crash');
   more(await grants('b'), 'after the second crash');
+}, 240_000);
+
+test('a rolled-back xactLock fence is never issued again, even across a crash; after a reset xactLock first asks for migrate() (FenceEpochError, nothing drawn)', async () => {
+  await up();
+  await migrated();
+  await grants('r');
+  const above = (fs: bigint[], top: bigint, why: string) => {
+    for (const f of fs) expect(f > top, `${why}: fence ${f} after a rolled-back ${top}`).toBe(true);
+  };
+  await crash();
+  start();
+  // the first grant since the crash would be an xactLock whose transaction rolls back, and the
+  // server crashes again before anything else records an epoch
+  const first = await xactGrant('r', true).catch((e: unknown) => e);
+  const afterRefusal = await state();
+  await crash();
+  start();
+  above(await grants('r'), typeof first === 'bigint' ? first : 0n, 'first grant after a crash, rolled back');
+  // with the epoch recorded (migrate), a rolled-back fence does not come back after a crash either
+  await migrated();
+  const rolledBack = await xactGrant('r', true);
+  await crash();
+  start();
+  above(
+    [...(await grants('r')), await xactGrant('r', true)],
+    rolledBack,
+    'a grant under a recorded epoch, rolled back',
+  );
+  // the first xactLock after the crash was refused before it locked or drew anything
+  expect(first).toBeInstanceOf(FenceEpochError);
+  expect((first as FenceEpochError).code).toBe('LEASEHOLD_FENCE_EPOCH');
+  expect((first as Error).message).toMatch(/migrate\(pool\)/);
+  expect(afterRefusal.called).toBe(false);
+  expect(afterRefusal.marks).toBe(0);
 }, 240_000);

@@ -11,7 +11,7 @@ import pg from 'pg';
 import postgresJs from 'postgres';
 import { afterAll, describe, expect, test } from 'vitest';
 import { createLocks } from '../../src/index.js';
-import { checkFence, postgres, tryXactLock, xactLock } from '../../src/backends/postgres/index.js';
+import { checkFence, migrate, postgres, tryXactLock, xactLock } from '../../src/backends/postgres/index.js';
 import { Pg, PG_URL } from './support.js';
 
 const BOUNCER_URL = process.env.LEASEHOLD_PGBOUNCER_URL ?? 'postgres://postgres@127.0.0.1:6432/test';
@@ -77,6 +77,7 @@ describe('PgBouncer, transaction pooling', () => {
 
   test('xactLock, tryXactLock and checkFence work through it', async () => {
     const pool = await bouncerPool();
+    await migrate(pool); // through it too: records the fence epoch xactLock needs (if not yet)
     const key = `k-${uid()}`;
     const a = await pool.connect();
     const b = await pool.connect();
@@ -105,7 +106,7 @@ describe('PgBouncer, transaction pooling', () => {
     await admin.query('create table if not exists lh_bouncer_counter (k text primary key, n int not null)');
     const key = `c-${uid()}`;
     await admin.query('insert into lh_bouncer_counter values ($1, 0)', [key]);
-    await bouncerPool(1); // fails clearly when PgBouncer is down
+    await migrate(await bouncerPool(1)); // fails clearly when PgBouncer is down; records the fence epoch
     const worker = fileURLToPath(new URL('./xact-worker.ts', import.meta.url));
     const rounds = 15;
     const outs = await Promise.all(

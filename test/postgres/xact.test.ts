@@ -4,6 +4,7 @@ import { afterAll, beforeEach, describe, expect, test } from 'vitest';
 import {
   advisoryKey,
   checkFence,
+  FenceEpochError,
   lockParts,
   migrate,
   postgres,
@@ -192,8 +193,8 @@ describe.each(KINDS)('transaction mode (%s)', (kind) => {
       expect((e as Error).message).toMatch(/checkFence: the connection is not inside a transaction/);
       const seen = await (await env.admin()).query(`select count(*)::int as n from "${schema}".leasehold_fence_seen`);
       expect(seen.rows[0].n).toBe(0);
-      // the schema's first fence: the refused calls drew none (this also commits the epoch, which
-      // the other transaction below would otherwise wait for)
+      // the schema's first fence: the refused calls drew none (migrate() records the epoch first)
+      await migrate(client, { schema });
       expect(await inTx(kind, client, (other) => xactLock(other, uid(), { schema }))).toBe((1n << 40n) + 1n);
       // inside BEGIN the same connection locks, until COMMIT
       await begin('BEGIN');
@@ -350,16 +351,26 @@ describe.each(KINDS)('transaction mode (%s)', (kind) => {
     });
   });
 
-  test('first use creates the tables inside the transaction, also concurrently; migrate() is idempotent', async () => {
+  test('first use creates the tables inside the transaction, also concurrently; xactLock first needs migrate() (FenceEpochError, nothing drawn), which records the epoch; migrate() is idempotent', async () => {
     const client = await env.client(kind, 4);
     const schema = `lh_${uid()}`;
+    // checkFence works at first use: the tables are created inside its transactions
+    await Promise.all(
+      Array.from({ length: 3 }, (_, i) => inTx(kind, client, (tx) => checkFence(tx, `r${i}`, 1n, { schema }))),
+    );
+    // no fence epoch is recorded yet: xactLock would have to record it inside the transaction
+    for (const f of [xactLock, tryXactLock]) {
+      const e = await inTx(kind, client, (tx) => f(tx, uid(), { schema })).catch((x: unknown) => x);
+      expect(e).toBeInstanceOf(FenceEpochError);
+      expect((e as FenceEpochError).code).toBe('LEASEHOLD_FENCE_EPOCH');
+    }
+    await Promise.all([migrate(client, { schema }), migrate(client, { schema })]);
     const fences = await Promise.all(
       Array.from({ length: 3 }, () => inTx(kind, client, (tx) => xactLock(tx, uid(), { schema }))),
     );
-    // a new schema's first server start is epoch 1: its fences are (1 << 40) + 1, 2, 3, … (one sequence)
+    // a new schema's first epoch is 1 and the refused calls drew nothing: (1 << 40) + 1, 2, 3
     expect([...fences].sort()).toEqual([1n, 2n, 3n].map((n) => (1n << 40n) + n));
-    await inTx(kind, client, (tx) => checkFence(tx, 'r', 1n, { schema }));
-    await Promise.all([migrate(client, { schema }), migrate(client, { schema })]);
+    await migrate(client, { schema });
     const schema2 = `lh_${uid()}`;
     await Promise.all(Array.from({ length: 4 }, () => migrate(client, { schema: schema2 })));
     const admin = await env.admin();

@@ -14,7 +14,7 @@ import { createTables, statements, tablesExist } from './sql.js';
 import { postgresAdmin } from './list.js';
 
 export { advisoryKey, lockParts } from './keys.js';
-export { xactLock, tryXactLock, checkFence } from './xact.js';
+export { xactLock, tryXactLock, checkFence, FenceEpochError } from './xact.js';
 export type { XactLockOptions, CheckFenceOptions } from './xact.js';
 export type { PostgresBackend } from './session.js';
 export { TransactionPoolerError } from './connect.js';
@@ -81,7 +81,7 @@ export function postgres(poolOrSql: PostgresClientLike, opts?: PostgresOptions):
 /**
  * Creates the schema (if missing) and the tables, and records the fence epoch when none is
  * recorded since the fence sequence was last reset (a fresh install, a server crash), in its own
- * durable commit (so that `xactLock` finds it and does not record it inside its transaction).
+ * durable commit — what `xactLock` needs first (it throws `FenceEpochError` without it).
  * Idempotent and safe to run concurrently; needs CREATE privilege only when something is missing.
  */
 export async function migrate(poolOrSql: PostgresClientLike, opts?: { schema?: string }): Promise<void> {

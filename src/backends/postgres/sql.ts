@@ -88,7 +88,7 @@ export interface Statements {
    * the epoch and writes the mark, in one durable commit (`synchronous_commit` raised to `local`
    * if `off`, so the mark is seen only once the bump is on disk). A no-op when the mark is there.
    * Concurrent callers are serialised on the epoch row; a loser bumps again (the epoch may jump
-   * by more than one) and keeps the winner's mark.
+   * by more than one) and keeps the winner's mark. Never inside a user's transaction.
    */
   readonly bumpEpoch: string;
   /** → { k } the advisory keys (as classid:objid) this connection holds. */
@@ -277,12 +277,12 @@ export function statements(quotedSchema: string): Statements {
       UNION ALL
       SELECT w.key, w.fence::text, NULL, ${leftMs('w.until')} FROM ${windows} w
         WHERE starts_with(w.key, $1::text) AND w.until > clock_timestamp()`,
-    xactLock: `WITH ${epoch}, ${durable}, ${inTx},
-      l AS (SELECT pg_advisory_xact_lock($1::int8) IS NULL AS waited FROM e, d, x),
+    xactLock: `WITH ${epoch}, ${inTx},
+      l AS (SELECT pg_advisory_xact_lock($1::int8) IS NULL AS waited FROM e, x),
       ${grant('e, l').replace('VALUE', 'NULL::text')}
       SELECT ${xactResult}`,
-    tryXactLock: `WITH ${epoch}, ${durable}, ${inTx},
-      l AS (SELECT pg_try_advisory_xact_lock($1::int8) AS got FROM e, d, x),
+    tryXactLock: `WITH ${epoch}, ${inTx},
+      l AS (SELECT pg_try_advisory_xact_lock($1::int8) AS got FROM e, x),
       ${grant('e, l WHERE l.got').replace('VALUE', 'NULL::text')}
       SELECT ${xactResult}`,
     markTx: `SELECT set_config('leasehold.xact', $1::text, true) IS NOT NULL AS marked`,

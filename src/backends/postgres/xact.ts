@@ -9,7 +9,7 @@
  * `checkFence` records the highest fence a resource accepted and throws StaleFenceError for a
  * lower one (an equal fence passes), so a paused former holder's transaction rolls back.
  */
-import { BackendError, InvalidArgumentError, StaleFenceError } from '../../errors.js';
+import { InvalidArgumentError, LeaseholdError, StaleFenceError } from '../../errors.js';
 import { randomBytes } from 'node:crypto';
 import { adaptTx, type TxQueryable } from './adapt.js';
 import { backendError, schemaError, type Params, type Queryable, type Row, type TransactionLike } from './client.js';
@@ -29,6 +29,26 @@ export interface XactLockOptions {
 export interface CheckFenceOptions {
   /** Schema of the `leasehold_fence_seen` table. Default `'public'`. */
   schema?: string;
+}
+
+/**
+ * `xactLock` / `tryXactLock` found no fence epoch recorded for the fence sequence's current run: a
+ * fresh install, or the first grant since crash recovery reset the sequence. The epoch must be
+ * bumped in its own durable commit before any fence is drawn — inside the caller's transaction a
+ * ROLLBACK would undo the bump but not the drawn fence, which a later crash could then hand out
+ * again. Nothing was locked and no fence drawn. `migrate(pool)` (or any session-mode `postgres(pool)`
+ * connection) records it; then retry the transaction.
+ */
+export class FenceEpochError extends LeaseholdError {
+  constructor(what: string) {
+    super(
+      'LEASEHOLD_FENCE_EPOCH',
+      `postgres: ${what}: no fence epoch is recorded since the fence sequence was last reset (a fresh ` +
+        'install, or a server crash): it must be recorded in its own durable commit, not inside your ' +
+        'transaction. Run `await migrate(pool)` from leasehold/postgres (a session-mode postgres(pool) ' +
+        'connection records it too), then retry the transaction (see docs/postgres.md, "Why fences never go back")',
+    );
+  }
 }
 
 const XACT_OPTIONS = ['prefix', 'schema', 'channel'] as const;
@@ -107,33 +127,30 @@ async function lock(
   const marked = mark === null ? null : run(q, r.quotedSchema, q.identity, s.markTx, [mark], what);
   marked?.catch(() => {}); // read below, after the lock statement
   const params = [advisoryKey(r.fullKey).toString(), r.fullKey, r.channel, mark];
-  for (let round = 0; ; round++) {
-    const rows = await run(q, r.quotedSchema, q.identity, wait ? s.xactLock : s.tryXactLock, params, what);
-    if (marked) await marked;
-    const row = rows[0];
-    if (row?.tx === false) {
-      throw new InvalidArgumentError(
-        `${what}: the connection is not inside a transaction (run BEGIN first, or use sql.begin): ` +
-          'the lock would end with the statement',
-      );
-    }
-    if (row?.epoch === false) {
-      // the first grant since the fence sequence was reset records its fence epoch (in this transaction)
-      if (round > 0) throw new BackendError(`postgres: ${what} could not record the fence epoch`);
-      await run(q, r.quotedSchema, q.identity, s.bumpEpoch, [], what);
-      continue;
-    }
-    if (!row || row.fence == null) return null;
-    return BigInt(String(row.fence));
+  const rows = await run(q, r.quotedSchema, q.identity, wait ? s.xactLock : s.tryXactLock, params, what);
+  if (marked) await marked;
+  const row = rows[0];
+  if (row?.tx === false) {
+    throw new InvalidArgumentError(
+      `${what}: the connection is not inside a transaction (run BEGIN first, or use sql.begin): ` +
+        'the lock would end with the statement',
+    );
   }
+  // no epoch for the sequence's current run: recording one here would commit (or roll back) with
+  // the caller's transaction, and a rolled-back bump would let a later crash repeat this fence
+  if (row?.epoch === false) throw new FenceEpochError(what);
+  if (!row || row.fence == null) return null;
+  return BigInt(String(row.fence));
 }
 
 /**
  * Waits for the transaction-level advisory lock on `key` inside the user's transaction `tx` (a
  * pg client inside BEGIN, a postgres.js `sql.begin` tx, or a reserved connection inside BEGIN)
  * and returns its fence. Released by COMMIT/ROLLBACK. The fence comes from the shared fence
- * sequence, which never rolls back: a rolled-back transaction's fence is never issued again (its
- * holder row does roll back with it). See docs/postgres.md.
+ * sequence, which never rolls back, under an epoch committed before it was drawn: a rolled-back
+ * transaction's fence is never issued again (its holder row does roll back with it). Throws
+ * `FenceEpochError` (nothing locked) when no epoch is recorded since the sequence was last reset
+ * (a fresh install, a server crash): run `migrate(pool)`, then retry. See docs/postgres.md.
  */
 export async function xactLock(tx: TransactionLike, key: string, opts?: XactLockOptions): Promise<bigint> {
   return (await lock(tx, key, opts, true)) as bigint;
