@@ -10,8 +10,17 @@ import { promisify } from 'node:util';
 import pg from 'pg';
 import postgresJs from 'postgres';
 import { afterAll, describe, expect, test } from 'vitest';
-import { createLocks } from '../../src/index.js';
-import { checkFence, migrate, postgres, tryXactLock, xactLock } from '../../src/backends/postgres/index.js';
+import { BackendError, createLocks } from '../../src/index.js';
+import {
+  advisoryKey,
+  checkFence,
+  lockParts,
+  migrate,
+  postgres,
+  tryXactLock,
+  xactLock,
+} from '../../src/backends/postgres/index.js';
+import { Relay } from './proxy.js';
 import { Pg, PG_URL } from './support.js';
 
 const BOUNCER_URL = process.env.LEASEHOLD_PGBOUNCER_URL ?? 'postgres://postgres@127.0.0.1:6432/test';
@@ -43,12 +52,18 @@ async function bouncerSql(): Promise<postgresJs.Sql> {
   return sql;
 }
 
-/** Advisory locks held by any session in the test database (0 after a refusal: nothing leaked). */
-async function advisoryLocks(): Promise<number> {
+/**
+ * Advisory locks held by any session in the test database (0 after a refusal: nothing leaked),
+ * or only those of one namespaced key.
+ */
+async function advisoryLocks(fullKey?: string): Promise<number> {
   const admin = await env.admin();
+  const parts = fullKey === undefined ? null : lockParts(advisoryKey(fullKey));
   const r = await admin.query(
     `select count(*)::int as n from pg_locks where locktype = 'advisory' and granted
-       and database = (select oid from pg_database where datname = current_database()) and pid <> pg_backend_pid()`,
+       and database = (select oid from pg_database where datname = current_database()) and pid <> pg_backend_pid()
+       and ($1::int8 is null or (classid = $1::int8::oid and objid = $2::int8::oid and objsubid = 1))`,
+    [parts?.classid ?? null, parts?.objid ?? null],
   );
   return Number(r.rows[0].n);
 }
@@ -74,6 +89,62 @@ describe('PgBouncer, transaction pooling', () => {
     expect(lease.held).toBe(true);
     await direct.close();
   });
+
+  test('a session the check cannot verify (no second pool connection) is refused, never accepted unchecked', async () => {
+    // the app's own work holds the pool's other connection while the session opens: the
+    // two-connection check cannot run, and session locks through the pooler are refused (they
+    // would share a server session with other clients, where advisory locks are re-entrant)
+    await migrate(await bouncerPool(1)); // records the fence epoch tryXactLock below needs (if not yet)
+    const pool = await bouncerPool(2);
+    const sql = postgresJs(BOUNCER_URL, { max: 2, prepare: false, connect_timeout: 3, onnotice: () => {} });
+    closers.push(() => sql.end({ timeout: 2 }));
+    for (const client of [pool, sql] as const) {
+      const hog = client === pool ? await pool.connect() : await sql.reserve();
+      const prefix = `lh-${uid()}`;
+      const locks = createLocks(postgres(client), { prefix });
+      const err = await locks.tryAcquire('job').catch((e: unknown) => e);
+      expect(err).toBeInstanceOf(BackendError);
+      expect((err as Error).message).toMatch(/could not check that it keeps one server session/);
+      expect((err as Error).message).toMatch(/xactLock/);
+      expect(await advisoryLocks(`${prefix}:job`)).toBe(0);
+      // another client's xactLock through the pooler is the only holder
+      const b = new pg.Client({ connectionString: BOUNCER_URL });
+      await b.connect();
+      try {
+        await b.query('BEGIN');
+        expect(await tryXactLock(b, 'job', { prefix })).not.toBeNull();
+        await b.query('ROLLBACK');
+      } finally {
+        await b.end();
+      }
+      // once a second connection is free, the check runs and finds the pooler
+      hog.release();
+      await expect(locks.tryAcquire('job')).rejects.toMatchObject({ code: 'LEASEHOLD_UNSUPPORTED' });
+      await locks.close();
+    }
+    // a direct connection needs no second one (its pid is the one announced at connect): a busy
+    // pool of 2, directly and through a plain TCP proxy, still locks
+    const relay = await new Relay().start();
+    closers.push(() => relay.close());
+    for (const url of [PG_URL, relay.url]) {
+      const direct = new pg.Pool({ connectionString: url, max: 2 });
+      direct.on('error', () => {});
+      const dsql = postgresJs(url, { max: 2, connect_timeout: 3, onnotice: () => {} });
+      closers.push(
+        () => direct.end(),
+        () => dsql.end({ timeout: 2 }),
+      );
+      for (const client of [direct, dsql] as const) {
+        const hog = client === direct ? await direct.connect() : await dsql.reserve();
+        const locks = createLocks(postgres(client), { prefix: `lh-${uid()}` });
+        const lease = await locks.tryAcquire('job');
+        expect(lease?.held).toBe(true);
+        await lease!.release();
+        hog.release();
+        await locks.close();
+      }
+    }
+  }, 60_000);
 
   test('xactLock, tryXactLock and checkFence work through it', async () => {
     const pool = await bouncerPool();

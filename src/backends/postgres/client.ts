@@ -58,11 +58,9 @@ export interface Conn extends Queryable {
   /** The server process id of the connection (for `pg_terminate_backend`). */
   readonly pid: number;
   /**
-   * The TCP port the client connected to, when known: a server that says it listens elsewhere
-   * (`inet_server_port()`) sits behind a proxy or pooler, and the session is then checked.
+   * The process id announced at connect (BackendKeyData; pg keeps it, postgres.js tells it with
+   * each result), when known: a pooler announces its own, unlike the server or a TCP proxy.
    */
-  readonly port?: number;
-  /** The process id the server announced at connect (pg only): a pooler announces its own. */
   readonly keyPid?: number;
   /** True once the connection errored or closed (it is never queried again). */
   readonly closed: boolean;

@@ -5,6 +5,7 @@
  */
 import { BackendError, ClosedError, LeaseholdError } from '../../errors.js';
 import { backendError, timed, type Conn, type Db } from './client.js';
+import { markTransient } from '../../transient.js';
 import { noTimeouts, type Statements } from './sql.js';
 
 /**
@@ -24,10 +25,15 @@ export class TransactionPoolerError extends LeaseholdError {
 }
 
 /**
- * Takes a connection and makes sure it is one server session: its pid is read, then a second
- * connection holds a transaction open while the first asks again. Behind a transaction pooler
- * the second one takes the first one's (idle, most recently used) server connection, so the
- * first one's next statement runs elsewhere. Each acquire re-checks the pid (one parameter).
+ * Takes a connection and makes sure it is one server session. The server's pid is compared with
+ * the one it announced at connect (BackendKeyData, which both clients keep): equal, the client
+ * talks to that server process itself (directly or through a plain TCP proxy), and nothing more
+ * is needed. Otherwise something in between (a pooler, or a client that does not say) answered
+ * the connect: a second connection holds a transaction open while the first asks again. Behind
+ * a transaction pooler the second one takes the first one's (idle, most recently used) server
+ * connection, so the first one's next statement runs elsewhere. When no second connection comes
+ * in time the session cannot be verified: refused (`UnverifiedSessionError`, retried by a
+ * waiting acquire), never accepted unchecked. Each acquire re-checks the pid (one parameter).
  * On failure the connection is destroyed; a pooler throws `TransactionPoolerError`.
  */
 export async function openSession(
@@ -44,7 +50,7 @@ export async function openSession(
       // TCP keepalives, as on waiter connections: the server ends a session (and lets go of its
       // locks) within ~8 s of a vanished client host, not the OS default of ~2 h
       conn.query(
-        `SELECT pg_backend_pid() AS pid, inet_server_port() AS port,
+        `SELECT pg_backend_pid() AS pid,
           set_config('plan_cache_mode', 'force_generic_plan', false) AS plans,
           set_config('tcp_keepalives_idle', '5', false) AS i, set_config('tcp_keepalives_interval', '1', false) AS v,
           set_config('tcp_keepalives_count', '3', false) AS n`,
@@ -53,36 +59,9 @@ export async function openSession(
       'connect',
     );
     const pid = Number(first?.pid);
-    // a direct connection (or a 1:1 TCP proxy) is checked no further; anything else is probed
-    const serverPort = first?.port == null ? null : Number(first.port);
-    // pg knows the pid the server announced at connect: a pooler announces its own (a plain TCP
-    // proxy passes the server's through). postgres.js does not tell: a port mismatch counts.
-    const proxied =
-      conn.keyPid !== undefined
-        ? conn.keyPid !== pid
-        : serverPort !== null && conn.port !== undefined && conn.port !== serverPort;
-    let other: Conn | null = null;
-    let clean = true;
-    try {
-      // a pool of one gives no second connection: the check is skipped (each acquire's pid guard
-      // stays). postgres.js (with fetch_types off) may never hand out a second reservation: short
-      const wait = Math.min(timeoutMs, db.kind === 'postgres.js' ? 300 : 2000);
-      if (proxied) other = await db.reserve(wait).catch(() => null);
-      if (other) {
-        clean = false;
-        await timed(other.query('BEGIN'), timeoutMs, 'connect');
-        const theirs = await pidOf(other);
-        const again = await pidOf(conn);
-        await timed(other.query('COMMIT'), timeoutMs, 'connect');
-        clean = true;
-        if (theirs === pid || again !== pid) {
-          throw new TransactionPoolerError('its server session changed between two statements');
-        }
-      }
-    } finally {
-      if (clean) other?.release();
-      else other?.destroy();
-    }
+    // A pooler announces a pid of its own at connect; a plain TCP proxy passes the server's.
+    const direct = conn.keyPid !== undefined && Number.isFinite(conn.keyPid) && conn.keyPid === pid;
+    if (!direct) await probeSession(db, conn, pid, timeoutMs, pidOf);
     // none of the pool's timeouts: a statement cancelled (statement_timeout) or the session ended
     // while idle (idle_session_timeout) would lose every lease. Only on a session that passed the
     // check: a transaction pooler would leave them on a server connection others use
@@ -92,6 +71,56 @@ export async function openSession(
   } catch (e) {
     conn.destroy(e);
     throw e instanceof LeaseholdError ? e : backendError(e, 'connect');
+  }
+}
+
+/** How long the session check behind a pooler waits for its second connection. */
+const PROBE_WAIT_MS = 2000;
+
+/**
+ * The session check could not run (no second connection came in time): session locks are
+ * refused for now, since a transaction pooler would share this server session with other
+ * clients (advisory locks are re-entrant there). Transient: the next acquire checks again.
+ */
+export class UnverifiedSessionError extends BackendError {
+  constructor(waitedMs: number) {
+    super(
+      `postgres: the lock connection goes through a pooler or proxy (the server's pid differs from the one ` +
+        `announced at connect), and leasehold could not check that it keeps one server session: no second ` +
+        `pool connection came within ${waitedMs}ms. Session locks are refused until the check passes (the next ` +
+        'acquire tries again): give the pool a free connection (max ≥ 3), connect to Postgres directly, or use ' +
+        'xactLock()/tryXactLock() inside your transactions (see docs/postgres.md, "Deployments")',
+    );
+    markTransient(this);
+  }
+}
+
+/** The two-connection check of a session behind something that is not the server itself. */
+async function probeSession(
+  db: Db,
+  conn: Conn,
+  pid: number,
+  timeoutMs: number,
+  pidOf: (c: { query: Conn['query'] }) => Promise<number>,
+): Promise<void> {
+  const wait = Math.min(timeoutMs, PROBE_WAIT_MS);
+  const other = await db.reserve(wait).catch(() => null);
+  if (!other) throw new UnverifiedSessionError(wait);
+  let clean = false;
+  try {
+    await timed(other.query('BEGIN'), timeoutMs, 'connect');
+    const theirs = await pidOf(other);
+    // our (idle) server connection went to another client: a transaction pooler, asked no further
+    // (with one server connection per pool, our next statement would wait for their COMMIT)
+    const again = theirs === pid ? pid : await pidOf(conn);
+    await timed(other.query('COMMIT'), timeoutMs, 'connect');
+    clean = true;
+    if (theirs === pid || again !== pid) {
+      throw new TransactionPoolerError('its server session changed between two statements');
+    }
+  } finally {
+    if (clean) other.release();
+    else other.destroy();
   }
 }
 

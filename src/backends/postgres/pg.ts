@@ -108,7 +108,6 @@ export class PgDb implements Db {
 class PgConn extends Closable implements Conn {
   readonly pid: number;
   readonly keyPid: number;
-  readonly port: number;
   private done = false;
   private readonly onError = (e: unknown) => this.fail(e);
   private readonly onEnd = () => this.fail(markTransient(new BackendError('postgres: connection ended')));
@@ -117,7 +116,6 @@ class PgConn extends Closable implements Conn {
     super();
     this.pid = Number(client.processID);
     this.keyPid = this.pid;
-    this.port = Number(client.port);
     client.on('error', this.onError);
     client.on('end', this.onEnd);
   }

@@ -85,7 +85,7 @@ export class PostgresJsDb implements Db {
     let conn: PostgresJsConn | null = null;
     const onexecute = (c: any) => {
       if (!conn && c && typeof c.id === 'number' && typeof c.terminate === 'function') {
-        conn = new PostgresJsConn(reserved, c, this.state, this.sql.options);
+        conn = new PostgresJsConn(reserved, c, this.state);
       }
       return true;
     };
@@ -145,26 +145,27 @@ export class PostgresJsDb implements Db {
 
 class PostgresJsConn extends Closable implements Conn {
   pid = 0;
-  readonly port: number | undefined;
+  /** The pid the connection's BackendKeyData announced (postgres.js's `result.state`). */
+  keyPid: number | undefined;
   private done = false;
 
   constructor(
     private readonly reserved: any,
     private readonly connection: any,
     private readonly state: SqlState,
-    options: { port?: unknown },
   ) {
     super();
     state.hooks.set(connection.id, this.hook);
-    const ports = options.port;
-    this.port = Array.isArray(ports) && ports.length === 1 ? Number(ports[0]) : undefined;
   }
 
   private readonly hook = (cause: unknown) => this.fail(cause);
 
   async query(text: string, params: Params = []): Promise<Row[]> {
     if (this.closed) throw this.cause ?? new BackendError('postgres: connection closed');
-    return [...(await this.reserved.unsafe(text, params))];
+    const result = await this.reserved.unsafe(text, params);
+    const keyPid = result?.state?.pid;
+    if (keyPid != null) this.keyPid = Number(keyPid);
+    return [...result];
   }
 
   async prepared(text: string, params: Params = []): Promise<Row[]> {
