@@ -153,6 +153,32 @@ describe.each(KINDS)('transaction mode (%s)', (kind) => {
     await (await env.admin()).query(`drop schema "${schema}" cascade`);
   });
 
+  test("a runExclusive window (lockAtLeastFor) holds the key against tryXactLock and xactLock, also one that began during xactLock's wait", async () => {
+    const client = await env.client(kind, 4);
+    const key = uid();
+    const full = `leasehold:${key}`;
+    const b = postgres(await env.client(kind, 3));
+    // a window right away: tryXactLock is refused, xactLock waits until it ends
+    const g = await b.acquire(full, { token: 'window-holder-token-0000', ttlMs: 10_000 });
+    expect(await b.keep!(full, 'window-holder-token-0000', 1200)).toBe(true);
+    let kept = performance.now();
+    expect(await inTx(kind, client, (tx) => tryXactLock(tx, key))).toBeNull();
+    const f1 = await inTx(kind, client, (tx) => xactLock(tx, key));
+    expect(performance.now() - kept).toBeGreaterThanOrEqual(1100);
+    expect(f1 > g!.fence).toBe(true);
+    // a window that begins while xactLock waits in the server's queue for the holder
+    const g2 = await b.acquire(full, { token: 'window-holder-token-1111', ttlMs: 10_000 });
+    const t = inTx(kind, client, async (tx) => [await xactLock(tx, key), performance.now()] as const);
+    t.catch(() => {}); // awaited below
+    await someoneWaits(full);
+    expect(await b.keep!(full, 'window-holder-token-1111', 1200)).toBe(true);
+    kept = performance.now();
+    const [f2, at] = await t;
+    expect(at - kept).toBeGreaterThanOrEqual(1100);
+    expect(f2 > g2!.fence).toBe(true);
+    await b.close();
+  });
+
   test('ROLLBACK releases the lock; its fence is never issued again (the sequence does not roll back)', async () => {
     const client = await env.client(kind, 4);
     const key = uid();

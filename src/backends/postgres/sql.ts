@@ -113,10 +113,12 @@ export interface Statements {
    * for the lock. NOTIFY at COMMIT. With a mark, nothing is locked unless this statement runs in
    * the transaction that set it (`tx` false: it does not, e.g. a connection outside BEGIN, where
    * the lock would end with the statement); `epoch` false: no epoch recorded for the sequence's
-   * current run (`bumpEpoch` has not run since a reset; nothing locked either); else `fence`.
+   * current run (`bumpEpoch` has not run since a reset; nothing locked either); `wait` (ms) while
+   * a runExclusive window is open (nothing locked); else `fence`, or none when it had to wait for
+   * the lock (it holds it now: ask again).
    */
   readonly xactLock: string;
-  /** Same, without waiting: `fence` null when the lock is held elsewhere. */
+  /** Same, without waiting: `fence` null when the lock is held elsewhere or a window is open. */
   readonly tryXactLock: string;
   /**
    * $1 a random mark → sets `leasehold.xact` to it for the current transaction only: a later
@@ -184,10 +186,14 @@ export function statements(quotedSchema: string): Statements {
       RETURNING h.fence)`;
   // transaction mode: the lock only inside the transaction that set the mark (when one is given)
   const inTx = `x AS (SELECT 1 AS ok WHERE $4::text IS NULL OR current_setting('leasehold.xact', true) = $4::text)`;
-  const xactResult = `(SELECT fence::text FROM f) AS fence, (SELECT count(*) FROM g) AS g,
-        EXISTS (SELECT 1 FROM e) AS epoch, EXISTS (SELECT 1 FROM x) AS tx,
-        CASE WHEN EXISTS (SELECT 1 FROM f) THEN pg_notify($3::text, $1::int8::text) END AS n`;
   const leftMs = (col: string) => `GREATEST(0, ceil(extract(epoch FROM ${col} - clock_timestamp()) * 1000))::int8`;
+  // transaction mode: a runExclusive window is checked before the lock (a transaction-level lock
+  // cannot be given back): while one is open nothing is locked and `wait` says for how long
+  const xactWindow = `w AS (SELECT ${leftMs('until')} AS ms FROM ${windows}
+        WHERE key = $2::text AND until > clock_timestamp())`;
+  const xactResult = `(SELECT fence::text FROM f) AS fence, (SELECT count(*) FROM g) AS g,
+        EXISTS (SELECT 1 FROM e) AS epoch, EXISTS (SELECT 1 FROM x) AS tx, (SELECT ms::text FROM w) AS wait,
+        CASE WHEN EXISTS (SELECT 1 FROM f) THEN pg_notify($3::text, $1::int8::text) END AS n`;
   const startedUs = `(extract(epoch FROM pg_postmaster_start_time()) * 1000000)::int8`;
   // One statement, no row written: the session guard, the lock, the window check, the fence. One
   // expression, one text column (no CTE, no second column: the cheapest statement for the server
@@ -277,12 +283,17 @@ export function statements(quotedSchema: string): Statements {
       UNION ALL
       SELECT w.key, w.fence::text, NULL, ${leftMs('w.until')} FROM ${windows} w
         WHERE starts_with(w.key, $1::text) AND w.until > clock_timestamp()`,
-    xactLock: `WITH ${epoch}, ${inTx},
-      l AS (SELECT pg_advisory_xact_lock($1::int8) IS NULL AS waited FROM e, x),
-      ${grant('e, l').replace('VALUE', 'NULL::text')}
+    // granted at once: the fence; else it waits in the server's queue and draws no fence (`got`
+    // false): the statement's snapshot predates the wait, so a window the holder left meanwhile
+    // is seen only by the next statement, which asks again (the lock is this transaction's now)
+    xactLock: `WITH ${epoch}, ${inTx}, ${xactWindow},
+      l AS (SELECT CASE WHEN pg_try_advisory_xact_lock($1::int8) THEN true
+          WHEN pg_advisory_xact_lock($1::int8) IS NOT NULL THEN false END AS got
+        FROM e, x WHERE NOT EXISTS (SELECT 1 FROM w)),
+      ${grant('e, l WHERE l.got').replace('VALUE', 'NULL::text')}
       SELECT ${xactResult}`,
-    tryXactLock: `WITH ${epoch}, ${inTx},
-      l AS (SELECT pg_try_advisory_xact_lock($1::int8) AS got FROM e, x),
+    tryXactLock: `WITH ${epoch}, ${inTx}, ${xactWindow},
+      l AS (SELECT pg_try_advisory_xact_lock($1::int8) AS got FROM e, x WHERE NOT EXISTS (SELECT 1 FROM w)),
       ${grant('e, l WHERE l.got').replace('VALUE', 'NULL::text')}
       SELECT ${xactResult}`,
     markTx: `SELECT set_config('leasehold.xact', $1::text, true) IS NOT NULL AS marked`,

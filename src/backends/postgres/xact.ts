@@ -11,6 +11,7 @@
  */
 import { InvalidArgumentError, LeaseholdError, StaleFenceError } from '../../errors.js';
 import { randomBytes } from 'node:crypto';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { adaptTx, type TxQueryable } from './adapt.js';
 import { backendError, schemaError, type Params, type Queryable, type Row, type TransactionLike } from './client.js';
 import { advisoryKey, checkKey, checkOptions, describe, quoteIdent } from './keys.js';
@@ -127,20 +128,25 @@ async function lock(
   const marked = mark === null ? null : run(q, r.quotedSchema, q.identity, s.markTx, [mark], what);
   marked?.catch(() => {}); // read below, after the lock statement
   const params = [advisoryKey(r.fullKey).toString(), r.fullKey, r.channel, mark];
-  const rows = await run(q, r.quotedSchema, q.identity, wait ? s.xactLock : s.tryXactLock, params, what);
-  if (marked) await marked;
-  const row = rows[0];
-  if (row?.tx === false) {
-    throw new InvalidArgumentError(
-      `${what}: the connection is not inside a transaction (run BEGIN first, or use sql.begin): ` +
-        'the lock would end with the statement',
-    );
+  for (;;) {
+    const rows = await run(q, r.quotedSchema, q.identity, wait ? s.xactLock : s.tryXactLock, params, what);
+    if (marked) await marked;
+    const row = rows[0];
+    if (row?.tx === false) {
+      throw new InvalidArgumentError(
+        `${what}: the connection is not inside a transaction (run BEGIN first, or use sql.begin): ` +
+          'the lock would end with the statement',
+      );
+    }
+    // no epoch for the sequence's current run: recording one here would commit (or roll back) with
+    // the caller's transaction, and a rolled-back bump would let a later crash repeat this fence
+    if (row?.epoch === false) throw new FenceEpochError(what);
+    if (row && row.fence != null) return BigInt(String(row.fence));
+    if (!wait || !row) return null; // held elsewhere, or a runExclusive window is open
+    // a runExclusive window (nothing locked, unless an earlier round waited for the lock): wait for
+    // its end, as session mode's acquire does; or it waited for the lock: ask again (it is ours)
+    if (row.wait != null) await sleep(Number(row.wait) + 5);
   }
-  // no epoch for the sequence's current run: recording one here would commit (or roll back) with
-  // the caller's transaction, and a rolled-back bump would let a later crash repeat this fence
-  if (row?.epoch === false) throw new FenceEpochError(what);
-  if (!row || row.fence == null) return null;
-  return BigInt(String(row.fence));
 }
 
 /**
@@ -148,7 +154,8 @@ async function lock(
  * pg client inside BEGIN, a postgres.js `sql.begin` tx, or a reserved connection inside BEGIN)
  * and returns its fence. Released by COMMIT/ROLLBACK. The fence comes from the shared fence
  * sequence, which never rolls back, under an epoch committed before it was drawn: a rolled-back
- * transaction's fence is never issued again (its holder row does roll back with it). Throws
+ * transaction's fence is never issued again (its holder row does roll back with it). An open
+ * runExclusive window on the key is waited out first, as session mode's acquire does. Throws
  * `FenceEpochError` (nothing locked) when no epoch is recorded since the sequence was last reset
  * (a fresh install, a server crash): run `migrate(pool)`, then retry. See docs/postgres.md.
  */
@@ -156,7 +163,10 @@ export async function xactLock(tx: TransactionLike, key: string, opts?: XactLock
   return (await lock(tx, key, opts, true)) as bigint;
 }
 
-/** Like `xactLock`, but resolves null at once when another session or transaction holds the key. */
+/**
+ * Like `xactLock`, but resolves null at once when another session or transaction holds the key,
+ * or a runExclusive window on it is open.
+ */
 export async function tryXactLock(tx: TransactionLike, key: string, opts?: XactLockOptions): Promise<bigint | null> {
   return lock(tx, key, opts, false);
 }
