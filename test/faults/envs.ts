@@ -27,7 +27,7 @@ import { Redis } from 'ioredis';
 import pg from 'pg';
 import { EtcdCluster } from '../support/etcd-cluster.js';
 import { Proxy } from './proxy.js';
-import { PG_URL } from './resource.js';
+import { PG_SCHEMA, PG_URL } from './resource.js';
 import { faketimeWorks, freePort, haveRedisServer, ping, RedisServer } from './servers.js';
 import type { BackendName, LockEndpoints, ResourceSpec } from './types.js';
 import { haveZookeeper, startCluster, type ZkServer } from '../support/zkserver.js';
@@ -280,7 +280,7 @@ export async function openEnv(backend: BackendName): Promise<Env> {
       resource: (name) => ({ kind: 'postgres', name }),
       async terminateHolders(fullKey: string, before: (targets: number[]) => void): Promise<number[]> {
         const { advisoryKey, lockParts } = await import('../../src/backends/postgres/index.js');
-        const { classid, objid } = lockParts(advisoryKey(fullKey));
+        const { classid, objid } = lockParts(advisoryKey(fullKey, PG_SCHEMA)); // the backend's schema (connect.ts)
         // who holds it now, then the fault recorded against exactly those workers, then the
         // terminate: the server frees the lock (and the next in its queue holds it) before the
         // terminating statement answers, so the record must come first

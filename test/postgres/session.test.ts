@@ -473,7 +473,7 @@ describe.each(KINDS)('session mode (%s)', (kind) => {
     // the fence sequence runs out (NO CYCLE) after pg_try_advisory_lock granted the lock in the same statement
     await admin.query(`select setval('"${schema}".leasehold_fence_seq', (1::int8 << 40) - 1)`);
     await expect(b.acquire(key, { token: 't', ttlMs: 5000 })).rejects.toThrow(/maximum value/);
-    expect(await env.holders(key)).toEqual([]);
+    expect(await env.holders(key, schema)).toEqual([]);
     await admin.query(`select setval('"${schema}".leasehold_fence_seq', 5)`);
     expect(await b.acquire(key, { token: 't', ttlMs: 5000 })).toEqual({ fence: first - 1n + 6n }); // setval(5): the next is 6
     expect(await b.release(key, 't')).toBe(true);

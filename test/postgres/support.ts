@@ -64,9 +64,9 @@ export class Pg {
     return (this.adminPool ??= await this.pool({ max: 3 }));
   }
 
-  /** Server pids holding the session or transaction advisory lock of a namespaced key. */
-  async holders(fullKey: string): Promise<number[]> {
-    const { classid, objid } = lockParts(advisoryKey(fullKey));
+  /** Server pids holding the session or transaction advisory lock of a namespaced key (in `schema`). */
+  async holders(fullKey: string, schema?: string): Promise<number[]> {
+    const { classid, objid } = lockParts(advisoryKey(fullKey, schema));
     const r = await (
       await this.admin()
     ).query(

@@ -179,6 +179,33 @@ describe.each(KINDS)('transaction mode (%s)', (kind) => {
     await b.close();
   });
 
+  test('backends with different schemas are separate namespaces, each with its own locks and fences', async () => {
+    const client = await env.client(kind, 4);
+    const key = uid();
+    const full = `leasehold:${key}`;
+    const [sa, sb] = [`lh_${uid()}`, `lh_${uid()}`];
+    const a = postgres(await env.client(kind, 3), { schema: sa });
+    const b = postgres(await env.client(kind, 3), { schema: sb });
+    const ga = await a.acquire(full, { token: 'schema-a-holder-00000000', ttlMs: 10_000 });
+    // the other schema's fences are its own sequence's: it does not share the lock either
+    const gb = await b.acquire(full, { token: 'schema-b-holder-00000000', ttlMs: 10_000 });
+    expect(ga).not.toBeNull();
+    expect(gb).not.toBeNull();
+    // within a schema, transaction mode and session mode still exclude each other
+    expect(await inTx(kind, client, (tx) => tryXactLock(tx, key, { schema: sa }))).toBeNull();
+    expect(await inTx(kind, client, (tx) => tryXactLock(tx, key, { schema: sb }))).toBeNull();
+    expect(await a.release(full, 'schema-a-holder-00000000')).toBe(true);
+    expect(await inTx(kind, client, (tx) => tryXactLock(tx, key, { schema: sa }))).toBe(ga!.fence + 1n);
+    // the default schema hashes the key alone (as before); another one its own name with it
+    expect(advisoryKey(full, 'public')).toBe(advisoryKey(full));
+    expect(advisoryKey(full, sa)).not.toBe(advisoryKey(full));
+    expect(await b.release(full, 'schema-b-holder-00000000')).toBe(true);
+    await a.close();
+    await b.close();
+    const admin = await env.admin();
+    for (const schema of [sa, sb]) await admin.query(`drop schema "${schema}" cascade`);
+  });
+
   test('ROLLBACK releases the lock; its fence is never issued again (the sequence does not roll back)', async () => {
     const client = await env.client(kind, 4);
     const key = uid();
@@ -211,7 +238,7 @@ describe.each(KINDS)('transaction mode (%s)', (kind) => {
         expect(e).toBeInstanceOf(InvalidArgumentError);
         expect((e as Error).message).toMatch(/not inside a transaction/);
       }
-      expect(await env.holders(full)).toEqual([]);
+      expect(await env.holders(full, schema)).toEqual([]);
       // checkFence too: outside BEGIN the fence would be recorded apart from the write it guards
       const resource = `res-${uid()}`;
       const e = await checkFence(tx, resource, 5n, { schema }).catch((x: unknown) => x);
@@ -226,11 +253,11 @@ describe.each(KINDS)('transaction mode (%s)', (kind) => {
       await begin('BEGIN');
       expect(await xactLock(tx, key, { schema })).toBe((1n << 40n) + 2n);
       expect(await tryXactLock(tx, uid(), { schema })).toBe((1n << 40n) + 3n);
-      expect(await env.holders(full)).toHaveLength(1);
+      expect(await env.holders(full, schema)).toHaveLength(1);
       expect(await inTx(kind, client, (other) => tryXactLock(other, key, { schema }))).toBeNull();
       await checkFence(tx, resource, 5n, { schema }); // inside BEGIN: recorded with the transaction
       await begin('COMMIT');
-      expect(await env.holders(full)).toEqual([]);
+      expect(await env.holders(full, schema)).toEqual([]);
     } finally {
       conn.release();
       await (await env.admin()).query(`drop schema if exists "${schema}" cascade`);

@@ -9,17 +9,26 @@ import { InvalidArgumentError } from '../../errors.js';
 import { digest } from '../../hash.js';
 import { checkKey as checkUserKey, checkOptions as checkOpts } from '../../validate.js';
 
-/** The signed 64-bit advisory lock key for a namespaced key such as `leasehold:order:42`. */
-export function advisoryKey(fullKey: string): bigint {
-  let k = recent.get(fullKey);
+/**
+ * The signed 64-bit advisory lock key for a namespaced key such as `leasehold:order:42`, in the
+ * fence tables' `schema` (unquoted). The default schema, `public`, hashes the key alone; another
+ * one hashes `<schema> NUL <key>` (a key holds no NUL): its own namespace of locks, as it has its
+ * own fences.
+ */
+export function advisoryKey(fullKey: string, schema: string = DEFAULT_SCHEMA): bigint {
+  const text = schema === DEFAULT_SCHEMA ? fullKey : `${schema}\u0000${fullKey}`;
+  let k = recent.get(text);
   if (k === undefined) {
-    k = digest('sha256', fullKey).readBigInt64BE(0);
+    k = digest('sha256', text).readBigInt64BE(0);
     // the keys locked lately (an acquire and its release hash the same key): bounded, oldest out
     if (recent.size >= RECENT) recent.delete(recent.keys().next().value!);
-    recent.set(fullKey, k);
+    recent.set(text, k);
   }
   return k;
 }
+
+/** The schema of the fence tables when none is given. */
+export const DEFAULT_SCHEMA = 'public';
 
 /** How many recent keys keep their advisory key (a SHA-256 per call otherwise). */
 const RECENT = 1024;

@@ -9,7 +9,7 @@
 import type { LockInfo } from '../../backend.js';
 import { BackendError } from '../../errors.js';
 import { backendError, type Db } from './client.js';
-import { advisoryKey, lockParts } from './keys.js';
+import { lockParts } from './keys.js';
 import { statements } from './sql.js';
 
 const HELD = `SELECT classid::int8::text AS classid, objid::int8::text AS objid, pid FROM pg_locks
@@ -43,7 +43,7 @@ export function postgresAdmin(db: Db, quotedSchema: string, channel: string) {
     },
 
     async forceRelease(key: string): Promise<LockInfo | null> {
-      const { classid, objid } = lockParts(advisoryKey(key));
+      const { classid, objid } = lockParts(BigInt(sql.lockKey(key)));
       try {
         const holders = (await db.query(HELD)).filter((r) => r.classid === classid && r.objid === objid);
         if (holders.length === 0) return null;
@@ -58,7 +58,7 @@ export function postgresAdmin(db: Db, quotedSchema: string, channel: string) {
           done = done || r[0]?.done === true;
         }
         if (!done) throw new BackendError(`postgres: the session holding "${key}" could not be terminated`);
-        await db.query(`SELECT pg_notify($1::text, $2::text)`, [channel, advisoryKey(key).toString()]);
+        await db.query(`SELECT pg_notify($1::text, $2::text)`, [channel, sql.lockKey(key)]);
         return { key, ...row, remainingMs: -1 };
       } catch (e) {
         throw backendError(e, 'forceRelease');

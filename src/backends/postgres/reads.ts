@@ -4,12 +4,12 @@
  */
 import type { LockInfo, ResultStore } from '../../backend.js';
 import { backendError, timed, type Conn, type Db } from './client.js';
-import { advisoryKey, checkFullKey, lockParts } from './keys.js';
+import { checkFullKey, lockParts } from './keys.js';
 import type { Statements } from './sql.js';
 
 /** The holder row of `key` matched against pg_locks, or its runExclusive window; never a token. */
 export async function inspectKey(db: Db, sql: Statements, timeoutMs: number, key: string): Promise<LockInfo | null> {
-  const { classid, objid } = lockParts(advisoryKey(key));
+  const { classid, objid } = lockParts(BigInt(sql.lockKey(key)));
   let row;
   try {
     row = (await timed(db.query(sql.inspect, [key, classid, objid]), timeoutMs, 'inspect'))[0];

@@ -33,7 +33,7 @@ import { ClosedError, InvalidArgumentError } from '../../errors.js';
 import { backendError, timed, type Conn, type Db, type Row } from './client.js';
 import { Dedicated, remember, resetAndRelease } from './connect.js';
 import { HolderRows } from './holders.js';
-import { advisoryKey, checkFullKey, checkText } from './keys.js';
+import { checkFullKey, checkText } from './keys.js';
 import { Leases, newHeld } from './leases.js';
 import { Notifier } from './notify.js';
 import { inspectKey, resultStore } from './reads.js';
@@ -172,12 +172,12 @@ export class PostgresBackend implements Backend {
     if (hinted && !this.closed) {
       // a key this backend waited for lately: straight into the server's queue (one statement:
       // granted at once when free); the next attempt claims the grant
-      const w2 = await this.queue.enqueue(key, request.token, advisoryKey(key).toString(), false);
+      const w2 = await this.queue.enqueue(key, request.token, this.sql.lockKey(key), false);
       if (w2) return null;
     }
     this.acquiring.add(key);
     try {
-      const lockKey = advisoryKey(key).toString();
+      const lockKey = this.sql.lockKey(key);
       // no await (no extra microtask turn) when the session and its epoch are known
       const conn = this.dedicated.live() ?? (await this.dedicated.get());
       let row: Row | undefined;
@@ -267,7 +267,7 @@ export class PostgresBackend implements Backend {
     if (w && windowMs === undefined) return this.queue.sleep(w, signal, maxMs);
     const cap = windowMs === undefined ? POLL_MS : Math.max(POLL_MS, windowMs + 5);
     try {
-      return this.notifier.wait(key, advisoryKey(key).toString(), signal, Math.min(maxMs, cap));
+      return this.notifier.wait(key, this.sql.lockKey(key), signal, Math.min(maxMs, cap));
     } catch (e) {
       return Promise.reject(e);
     }

@@ -51,6 +51,8 @@ export interface Statements {
   readonly holders: string;
   readonly windows: string;
   readonly results: string;
+  /** The advisory key of a namespaced key in this schema (`advisoryKey`), as an `int8` parameter. */
+  lockKey(fullKey: string): string;
   /**
    * $1 advisory key, $2 key, $3 the session's server pid, $4 the server's start (µs, as `epoch`
    * read it), $5 the epoch → { r }: r = the fence (decimal digits: granted), 'held', `w<ms>` (a
@@ -213,6 +215,7 @@ export function statements(quotedSchema: string): Statements {
     holders,
     windows,
     results,
+    lockKey: (fullKey) => advisoryKey(fullKey, quotedSchema.slice(1, -1)).toString(),
     acquire: lockStatement('pg_try_advisory_lock($1::int8)'),
     // lock_timeout is set (for this session) before the lock call: the first branch, never taken
     waitLock: lockStatement(

@@ -5,7 +5,6 @@
  * refreshed while anyone watches.
  */
 import { timed, type Db } from './client.js';
-import { advisoryKey } from './keys.js';
 import type { Notifier } from './notify.js';
 import type { Statements } from './sql.js';
 
@@ -27,7 +26,7 @@ export class Watches {
 
   /** Starts watching `key` (its key checked by the caller); resolves to the function that stops. */
   async watch(key: string, onChange: () => void): Promise<() => void> {
-    const stop = await this.notifier.watch(advisoryKey(key).toString(), onChange);
+    const stop = await this.notifier.watch(this.sql.lockKey(key), onChange);
     this.watched.set(key, (this.watched.get(key) ?? 0) + 1);
     await this.attend(key);
     this.timer ??= setInterval(() => {
@@ -58,7 +57,7 @@ export class Watches {
 
   /** Marks a watched key attended, so that its grants and releases NOTIFY (refreshed while watched). */
   private async attend(key: string): Promise<void> {
-    const params = [key, advisoryKey(key).toString(), String(ATTEND_MS)];
+    const params = [key, this.sql.lockKey(key), String(ATTEND_MS)];
     await timed(this.db.query(this.sql.attend, params), this.timeoutMs, 'watch');
   }
 }

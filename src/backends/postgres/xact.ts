@@ -14,7 +14,7 @@ import { randomBytes } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { adaptTx, type TxQueryable } from './adapt.js';
 import { backendError, schemaError, type Params, type Queryable, type Row, type TransactionLike } from './client.js';
-import { advisoryKey, checkKey, checkOptions, describe, quoteIdent } from './keys.js';
+import { checkKey, checkOptions, describe, quoteIdent } from './keys.js';
 import { createTables, statements, tablesExist } from './sql.js';
 import { checkString } from '../../validate.js';
 
@@ -127,7 +127,7 @@ async function lock(
   const mark = q.unsure ? randomBytes(12).toString('base64url') : null;
   const marked = mark === null ? null : run(q, r.quotedSchema, q.identity, s.markTx, [mark], what);
   marked?.catch(() => {}); // read below, after the lock statement
-  const params = [advisoryKey(r.fullKey).toString(), r.fullKey, r.channel, mark];
+  const params = [s.lockKey(r.fullKey), r.fullKey, r.channel, mark];
   for (;;) {
     const rows = await run(q, r.quotedSchema, q.identity, wait ? s.xactLock : s.tryXactLock, params, what);
     if (marked) await marked;
