@@ -99,6 +99,16 @@ test('postgres() rejects bad clients and options before any I/O', () => {
   expect(() => postgres(fakePool, { colour: 'red' } as never)).toThrow(InvalidArgumentError);
 });
 
+test('a postgres.js reserved connection is refused by postgres() with a message that says so', async () => {
+  const sql = await env.client('postgres.js', 2);
+  const reserved = await sql.reserve();
+  try {
+    expect(() => postgres(reserved)).toThrow(/not a reserved connection/);
+  } finally {
+    reserved.release();
+  }
+});
+
 test('a pool of one connection is refused before any I/O (the lock session would wait on itself)', async () => {
   const pool = await env.client('pg', 1);
   const sql = await env.client('postgres.js', 1);

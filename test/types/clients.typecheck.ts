@@ -38,9 +38,16 @@ export async function accepted(): Promise<void> {
     await xactLock(tx, 'k');
     await checkFence(tx, 'r', 1n);
   });
+  // a reserved connection on which the caller ran BEGIN (docs/postgres.md)
+  const reserved = await sql.reserve();
+  await reserved`BEGIN`;
+  await xactLock(reserved, 'k');
+  await tryXactLock(reserved, 'k');
+  await checkFence(reserved, 'r', 1n);
+  reserved.release();
 }
 
-export function rejected(): void {
+export async function rejected(): Promise<void> {
   // @ts-expect-error a pg Pool is not a Redis client
   redis(new pg.Pool());
   // @ts-expect-error a URL is not a client (that is fromUrl)
@@ -68,6 +75,8 @@ export function rejected(): void {
   void xactLock(new pg.Pool(), 'k');
   // @ts-expect-error the root sql is not a transaction: use sql.begin(tx => …)
   void xactLock(postgresJs(), 'k');
+  // @ts-expect-error a reserved connection is one connection, not the pool postgres() needs
+  postgres(await postgresJs().reserve());
   // @ts-expect-error checkFence runs inside the caller's transaction
   void checkFence(new Redis(), 'r', 1n);
 }

@@ -27,6 +27,12 @@ function isPostgresJs(x: any): boolean {
 export function adapt(client: unknown): Db {
   if (isPgPool(client)) return new PgDb(client);
   if (isPostgresJs(client)) return new PostgresJsDb(client);
+  const c = client as any;
+  if (typeof c === 'function' && typeof c.unsafe === 'function' && typeof c.release === 'function') {
+    throw new InvalidArgumentError(
+      'postgres(): pass the root postgres.js sql, not a reserved connection (sql.reserve())',
+    );
+  }
   throw new InvalidArgumentError('postgres(): pass a pg Pool or a postgres.js sql instance');
 }
 

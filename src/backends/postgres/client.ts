@@ -25,6 +25,8 @@ export interface PostgresJsLike {
   unsafe(...args: never[]): unknown;
   reserve(...args: never[]): unknown;
   begin(...args: never[]): unknown;
+  /** A reserved connection (`await sql.reserve()`) has `release()`: it is one connection, not a pool. */
+  readonly release?: never;
 }
 
 /** What `postgres()` and `migrate()` accept: a pg `Pool` or a postgres.js `sql`. */
@@ -43,8 +45,15 @@ export interface PostgresJsTransactionLike {
   readonly begin?: never;
 }
 
+/** A postgres.js reserved connection (`await sql.reserve()`) on which the caller ran BEGIN. */
+export interface PostgresJsReservedLike {
+  (...args: never[]): unknown;
+  unsafe(...args: never[]): unknown;
+  release(): void;
+}
+
 /** What `xactLock`, `tryXactLock` and `checkFence` accept: the caller's open transaction. */
-export type TransactionLike = PgTransactionLike | PostgresJsTransactionLike;
+export type TransactionLike = PgTransactionLike | PostgresJsTransactionLike | PostgresJsReservedLike;
 
 export type Row = Record<string, unknown>;
 export type Params = readonly (string | null)[];

@@ -24,6 +24,7 @@ export type {
   PostgresClientLike,
   PgTransactionLike,
   PostgresJsTransactionLike,
+  PostgresJsReservedLike,
   TransactionLike,
 } from './client.js';
 
