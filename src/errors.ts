@@ -1,3 +1,11 @@
+/**
+ * The brand of a leasehold error: the names of its class and of each class above it, up to
+ * LeaseholdError. The package ships an ESM and a CommonJS build, each with its own copy of these
+ * classes, and an app may load both (an ESM app with a CommonJS dependency): `instanceof` then
+ * checks the brand, so an error from either copy is an instance of the other's classes too.
+ */
+const BRAND = Symbol.for('leasehold.error');
+
 /** Base class of every error leasehold throws; `code` is stable across versions. */
 export class LeaseholdError extends Error {
   readonly code: string;
@@ -5,6 +13,19 @@ export class LeaseholdError extends Error {
     super(message, options);
     this.code = code;
     this.name = new.target.name;
+    const names: string[] = [];
+    for (let c: unknown = new.target; typeof c === 'function' && c !== Error; c = Object.getPrototypeOf(c)) {
+      names.push(c.name);
+    }
+    Object.defineProperty(this, BRAND, { value: Object.freeze(names) });
+  }
+
+  /** An instance of this class, or an error of the same class (or a subclass) from leasehold's other build. */
+  static override [Symbol.hasInstance](x: unknown): boolean {
+    if (Function.prototype[Symbol.hasInstance].call(this, x)) return true;
+    if (x === null || (typeof x !== 'object' && typeof x !== 'function')) return false;
+    const names = (x as { [BRAND]?: unknown })[BRAND];
+    return Array.isArray(names) && names.includes(this.name);
   }
 }
 

@@ -50,7 +50,10 @@ export function etcd(client: Namespace, options?: EtcdOptions): EtcdBackend {
  * Throws LeaseLostError if this backend no longer holds `lease`.
  */
 export function ownerTxn(backend: EtcdBackend, lease: Lease): ComparatorBuilder {
-  if (!(backend instanceof EtcdBackend)) throw new InvalidArgumentError('ownerTxn: backend must be an etcd() backend');
+  // not only `instanceof`: an etcd() backend from leasehold's other build (ESM or CommonJS) is one too
+  const b = backend as Partial<EtcdBackend> | null;
+  if (!(backend instanceof EtcdBackend) && !(typeof b?.entryOf === 'function' && typeof b.client?.if === 'function'))
+    throw new InvalidArgumentError('ownerTxn: backend must be an etcd() backend');
   const entry = lease && typeof lease === 'object' ? backend.entryOf(lease.token) : null;
   if (!entry || entry.fence !== lease.fence || !lease.held) {
     throw new LeaseLostError(String(lease?.key), 'this backend no longer holds the lease');

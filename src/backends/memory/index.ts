@@ -17,8 +17,18 @@ interface Entry {
 
 const clock = (): number => performance.now();
 
+/** Marks a MemoryStore of either build (ESM or CommonJS): an app may load both copies of the class. */
+const STORE = Symbol.for('leasehold.memory-store');
+
 /** The shared state: what a server would hold. */
 export class MemoryStore {
+  /** A MemoryStore of this build or of leasehold's other one (the same class, loaded twice). */
+  static [Symbol.hasInstance](x: unknown): boolean {
+    return typeof x === 'object' && x !== null && (x as { [STORE]?: unknown })[STORE] === true;
+  }
+  static {
+    Object.defineProperty(this.prototype, STORE, { value: true });
+  }
   /** The locks' tokens live here: never printed. */
   [inspect.custom](): string {
     return `MemoryStore { locks: ${this.locks.size} }`;
