@@ -8,7 +8,7 @@ import { existsSync, mkdirSync } from 'node:fs';
 import { dirname, resolve } from 'node:path';
 import Database from 'better-sqlite3';
 import { toMs, type Duration } from '../../duration.js';
-import { BackendError, InvalidArgumentError } from '../../errors.js';
+import { BackendError, InvalidArgumentError, LeaseholdError } from '../../errors.js';
 import { checkOptions } from '../../validate.js';
 import { SqliteBackend, type SqliteDatabase } from './backend.js';
 
@@ -86,6 +86,16 @@ export function sqlite(pathOrDb: string | SqliteDatabase, options?: SqliteOption
     // busy_timeout 0: a locked database is retried asynchronously, never waited for in SQLite
     db = new Database(pathOrDb, { timeout: 0 });
   } catch (e) {
+    // better-sqlite3 resolves but its native part was never built (installed without running its
+    // install script): not the database file's fault, and `bindings` lists every path it tried
+    if (/bindings file|better_sqlite3\.node/.test(String((e as Error)?.message))) {
+      throw new LeaseholdError(
+        'LEASEHOLD_MISSING_PEER',
+        'sqlite: better-sqlite3 is installed but not built (its install script did not run): run ' +
+          '`npm rebuild better-sqlite3`, or allow the script in package.json: "allowScripts": { "better-sqlite3": true }',
+        { cause: e },
+      );
+    }
     throw new BackendError(`sqlite: cannot open ${pathOrDb}: ${(e as Error).message}`, { cause: e });
   }
   // the file it opened (relative to the working directory now), for the check that the path
