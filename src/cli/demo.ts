@@ -9,7 +9,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { constants, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { FenceGate, StaleFenceError } from '../index.js';
-import { CliError, duration, EXIT, palette } from './common.js';
+import { CliError, duration, EXIT, openBackend, palette } from './common.js';
 import { monotonicMs, type DemoEvent, type ToParent, type ToWorker } from './demo-worker.js';
 import { renderTimeline, type NemesisEvent } from './timeline.js';
 
@@ -34,6 +34,15 @@ export async function demo(flags: DemoFlags): Promise<number> {
   const names = NAMES.slice(0, n);
   const work = Math.round(ttlMs / 4);
   const out = (s = '') => process.stdout.write(s + '\n');
+  // the backend once here, before any worker: a missing or unbuilt better-sqlite3 is one line and
+  // exit 69 (as `leasehold run`), not the same error from every worker and an empty timeline
+  try {
+    const { backend } = await openBackend({ url: [`sqlite:${db}`], prefix: 'demo' });
+    await backend.close();
+  } catch (e) {
+    rmSync(dir, { recursive: true, force: true });
+    throw e;
+  }
 
   out(p.bold(`leasehold demo — ${n} worker processes, one lock ("report"), TTL ${ttlMs} ms`));
   out(p.dim(`embedded SQLite backend, no server: ${db}`));
@@ -140,8 +149,10 @@ export async function demo(flags: DemoFlags): Promise<number> {
     rmSync(dir, { recursive: true, force: true });
   }
 
-  out(renderTimeline(events, names, p, Math.min(...events.map((e) => e.t))));
-  out();
+  if (events.length > 0) {
+    out(renderTimeline(events, names, p, Math.min(...events.map((e) => e.t))));
+    out();
+  }
   const rejected = events.filter((e): e is DemoEvent => e.what === 'rejected');
   const granted = events.filter((e): e is DemoEvent => e.what === 'granted').sort((a, b) => a.t - b.t);
   const increasing = granted.every((e, i) => i === 0 || BigInt(e.fence!) > BigInt(granted[i - 1]!.fence!));

@@ -16,6 +16,7 @@ export function renderTimeline(events: readonly Any[], workers: readonly string[
   const colours = [p.cyan, p.magenta, p.yellow, p.blue, p.green];
   const colourOf = (w: string) => colours[workers.indexOf(w) % colours.length]!;
   const sorted = [...events].sort((a, b) => a.t - b.t);
+  if (sorted.length === 0) return '';
   const end = Math.max(...sorted.map((e) => e.t)) - t0;
   const pad = Math.max(...workers.map((w) => w.length));
   const lines: string[] = [];
