@@ -1,5 +1,6 @@
 /**
- * The adapter over a node-redis (v4+) client, a cluster or a pool: see client.ts.
+ * The adapter over a node-redis (v4+) client or cluster: see client.ts. A pool
+ * (`createClientPool()`) is not supported: the types and adapt.ts refuse it.
  */
 import { inspect } from 'node:util';
 import {
