@@ -4,26 +4,14 @@
  * node-redis retries a first connect forever by default, so a refused connection or a database
  * the server does not have left `fromUrl` (and the CLI on it) pending for good.
  */
-import { execFile } from 'node:child_process';
-import { cpSync, mkdirSync, mkdtempSync, readdirSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join, resolve } from 'node:path';
+import { writeFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { afterAll, expect, test } from 'vitest';
 import { freePort } from '../support/ports.js';
+import { project } from '../support/project.js';
 
-const root = resolve(__dirname, '../..');
-const dir = mkdtempSync(join(tmpdir(), 'leasehold-noio-'));
-afterAll(() => rmSync(dir, { recursive: true, force: true }));
-
-function project(): void {
-  cpSync(join(root, 'src'), join(dir, 'src'), { recursive: true });
-  mkdirSync(join(dir, 'node_modules'));
-  for (const name of readdirSync(join(root, 'node_modules'))) {
-    if (name === 'ioredis' || name === '@ioredis') continue;
-    symlinkSync(join(root, 'node_modules', name), join(dir, 'node_modules', name));
-  }
-  writeFileSync(join(dir, 'package.json'), '{"type":"module"}');
-}
+const p = project(['ioredis', '@ioredis']);
+afterAll(() => p.remove());
 
 const child = `
 import { fromUrl, createLocks } from './src/index.ts';
@@ -47,18 +35,12 @@ process.exit(0);
 `;
 
 test('with only node-redis installed, fromUrl rejects a refused connection and a missing database at once, and opens a good URL', async () => {
-  project();
-  writeFileSync(join(dir, 'child.ts'), child);
+  writeFileSync(join(p.dir, 'child.ts'), child);
   const closed = await freePort(); // nothing listens on it
   const urls = [`redis://127.0.0.1:${closed}`, 'redis://:S3CRETpw@127.0.0.1:6379/99', 'redis://127.0.0.1:6379'];
-  const stdout = await new Promise<string>((ok, fail) =>
-    execFile(
-      process.execPath,
-      ['--import', 'tsx', 'child.ts', ...urls],
-      { cwd: dir, timeout: 30_000 },
-      (e, out, err) => (e ? fail(new Error(`${e.message}\n${err}`)) : ok(out)),
-    ),
-  );
+  const r = await p.run(['child.ts', ...urls]);
+  expect(r.code, r.stderr).toBe(0);
+  const stdout = r.stdout;
   const out = JSON.parse(stdout.trim().split('\n').pop()!);
   expect(out.ioredis).toBe(false); // the child really has node-redis only
   const [refused, noDb, good] = out.results;
