@@ -149,12 +149,24 @@ export async function demo(flags: DemoFlags): Promise<number> {
     rmSync(dir, { recursive: true, force: true });
   }
 
-  if (events.length > 0) {
-    out(renderTimeline(events, names, p, Math.min(...events.map((e) => e.t))));
-    out();
-  }
   const rejected = events.filter((e): e is DemoEvent => e.what === 'rejected');
   const granted = events.filter((e): e is DemoEvent => e.what === 'granted').sort((a, b) => a.t - b.t);
+  // a new SQLite file's fences start above the time in µs (docs/sqlite.md): shown from 1 here
+  const base = granted.length > 0 ? BigInt(granted[0]!.fence!) - 1n : 0n;
+  const fence = (f: string | bigint | undefined) => (f === undefined ? '?' : String(BigInt(f) - base));
+  if (events.length > 0) {
+    out(renderTimeline(events, names, p, Math.min(...events.map((e) => e.t)), fence));
+    out();
+    if (base > 0n) {
+      out(p.dim(`  Fences are shown from 1: fence n is ${base} + n. A new lock file's fences start above the time`));
+      out(
+        p.dim(
+          '  in microseconds, so a file deleted and made again starts above its old fences (docs/sqlite.md says when).',
+        ),
+      );
+      out();
+    }
+  }
   const increasing = granted.every((e, i) => i === 0 || BigInt(e.fence!) > BigInt(granted[i - 1]!.fence!));
   const v = victim as { worker: string; fence: bigint } | null;
   if (failures.length > 0) throw new CliError(`demo failed: ${failures.join('; ')}`, EXIT.SOFTWARE);
@@ -166,15 +178,17 @@ export async function demo(flags: DemoFlags): Promise<number> {
   }
   const next = granted.find((e) => BigInt(e.fence!) > v.fence && e.worker !== v.worker);
   out(p.bold('What happened'));
-  out(`  ${v.worker} held the lock with fence ${v.fence} and was paused past its ${ttlMs} ms TTL: it could not renew,`);
   out(
-    `  and it could not know. The lock expired; ${next?.worker ?? 'another worker'} took it with fence ${next?.fence ?? '?'} and wrote.`,
+    `  ${v.worker} held the lock with fence ${fence(v.fence)} and was paused past its ${ttlMs} ms TTL: it could not renew,`,
   );
   out(
-    `  When ${v.worker} resumed, its late write carried fence ${v.fence}: the resource had seen ${rejected[0]!.detail}, so it`,
+    `  and it could not know. The lock expired; ${next?.worker ?? 'another worker'} took it with fence ${fence(next?.fence)} and wrote.`,
   );
   out(
-    `  ${p.red('rejected the stale write')}. Fences rose with every grant (${granted.map((g) => g.fence).join(' → ')}).`,
+    `  When ${v.worker} resumed, its late write carried fence ${fence(v.fence)}: the resource had seen ${fence(rejected[0]!.detail)}, so it`,
+  );
+  out(
+    `  ${p.red('rejected the stale write')}. Fences rose with every grant (${granted.map((g) => fence(g.fence)).join(' → ')}).`,
   );
   out(p.dim('  A lock alone cannot stop a paused holder. The fence, checked where the write lands, can.'));
   return EXIT.OK;

@@ -12,7 +12,14 @@ type Any = DemoEvent | NemesisEvent;
 
 const WIDTH = 60;
 
-export function renderTimeline(events: readonly Any[], workers: readonly string[], p: Palette, t0: number): string {
+export function renderTimeline(
+  events: readonly Any[],
+  workers: readonly string[],
+  p: Palette,
+  t0: number,
+  /** How a fence is shown (the demo shows them from 1). */
+  fence: (f: string | undefined) => string = (f) => f ?? '?',
+): string {
   const colours = [p.cyan, p.magenta, p.yellow, p.blue, p.green];
   const colourOf = (w: string) => colours[workers.indexOf(w) % colours.length]!;
   const sorted = [...events].sort((a, b) => a.t - b.t);
@@ -23,7 +30,7 @@ export function renderTimeline(events: readonly Any[], workers: readonly string[
   for (const e of sorted) {
     const time = ((e.t - t0) / 1000).toFixed(3).padStart(7);
     const who = colourOf(e.worker)(e.worker.padEnd(pad));
-    lines.push(`  ${p.dim(time)}  ${who}  ${describe(e, p)}`);
+    lines.push(`  ${p.dim(time)}  ${who}  ${describe(e, p, fence)}`);
   }
   lines.push('');
   // bars: █ holding a valid lease, ▒ paused while it believed it held one, ✗ its late write rejected
@@ -56,15 +63,15 @@ export function renderTimeline(events: readonly Any[], workers: readonly string[
   return lines.join('\n');
 }
 
-function describe(e: Any, p: Palette): string {
+function describe(e: Any, p: Palette, fence: (f: string | undefined) => string): string {
   switch (e.what) {
     case 'granted':
-      return `${p.bold('●')} granted, fence ${p.bold(e.fence!)}`;
+      return `${p.bold('●')} granted, fence ${p.bold(fence(e.fence))}`;
     case 'accepted':
-      return `${p.green('✓')} write with fence ${e.fence} accepted`;
+      return `${p.green('✓')} write with fence ${fence(e.fence)} accepted`;
     case 'rejected':
       return p.red(
-        `${p.bold('✗')} late write with fence ${e.fence} REJECTED by the resource (it has seen fence ${e.detail})`,
+        `${p.bold('✗')} late write with fence ${fence(e.fence)} REJECTED by the resource (it has seen fence ${fence(e.detail)})`,
       );
     case 'released':
       return e.detail === 'released' ? `○ released` : p.yellow(`○ release refused: the lock was ${e.detail}`);

@@ -316,6 +316,20 @@ describe('elect with a ttl that leaves no validity', () => {
 });
 
 describe('demo', () => {
+  test('a full run: the stale write is rejected, and fences read from 1 with the file’s real base said once', async () => {
+    // a new SQLite file's fences start above the time in µs: the timeline would read
+    // "fence 1796449546507713"; it shows them from 1 and says what they are
+    const { db: _db, ...env } = home();
+    const done = await start(['demo'], env).done;
+    expect(done.code, done.stderr).toBe(0);
+    expect(done.stdout).toMatch(/● granted, fence 1\n/);
+    expect(done.stdout).toMatch(/late write with fence \d REJECTED by the resource \(it has seen fence \d\)/);
+    const base = /Fences are shown from 1: fence n is (\d+) \+ n\./.exec(done.stdout);
+    expect(base, done.stdout).not.toBeNull();
+    expect(BigInt(base![1]!)).toBeGreaterThan(1_000_000_000_000_000n); // µs since 1970
+    expect(done.stdout).toMatch(/Fences rose with every grant \(1 → 2 → 3/);
+  }, 60_000);
+
   test.each([
     ['SIGTERM', 143],
     ['SIGHUP', 129],
