@@ -216,9 +216,8 @@ async function grants(key: string): Promise<bigint[]> {
   }
 }
 
-test('fences never go back: clean restart, kill -9 of the postmaster, pg_terminate_backend', async () => {
-  port = await freePort();
-  start();
+/** Fences as they come, each checked to be above every one before it. */
+function ascending() {
   const seen: bigint[] = [];
   const more = (fs: bigint[], why: string) => {
     for (const f of fs) {
@@ -227,6 +226,13 @@ test('fences never go back: clean restart, kill -9 of the postmaster, pg_termina
       seen.push(f);
     }
   };
+  return { seen, more };
+}
+
+test('fences never go back: clean restart, kill -9 of the postmaster, pg_terminate_backend', async () => {
+  port = await freePort();
+  start();
+  const { seen, more } = ascending();
   for (let i = 0; i < 5; i++) more(await grants('k'), 'before any restart');
 
   stop();
@@ -276,14 +282,7 @@ test('fences never go back: clean restart, kill -9 of the postmaster, pg_termina
 
 test('a crash of one server process (kill -9 of a backend; the postmaster stays up and runs crash recovery): fences go on above, session mode and xactLock', async () => {
   await up();
-  const seen: bigint[] = [];
-  const more = (fs: bigint[], why: string) => {
-    for (const f of fs) {
-      const last = seen.at(-1) ?? 0n;
-      expect(f > last, `${why}: fence ${f} after ${last}`).toBe(true);
-      seen.push(f);
-    }
-  };
+  const { seen, more } = ascending();
   for (let i = 0; i < 3; i++) more(await grants('b'), 'before the crash');
 
   const before = await state();
