@@ -58,11 +58,11 @@ async function uncontended() {
   const k2 = advisoryKey(full).toString();
   const pid = String((await raw.query('SELECT pg_backend_pid() AS pid')).rows[0].pid);
   await raw.query(s.bumpEpoch);
-  const ep = (await raw.query(s.epoch)).rows[0] as { epoch: string; started: string };
+  const ep = (await raw.query(s.epoch)).rows[0] as { epoch: string; started: string; seq: string };
   const acq = { name: 'lh_quick_acquire', text: s.acquire };
   const rel = { name: 'lh_quick_release', text: s.release };
   await loop("raw, the driver's SQL on one connection (prepared, epoch fence)", async () => {
-    const r = await raw.query({ ...acq, values: [k2, full, pid, ep.started, ep.epoch] });
+    const r = await raw.query({ ...acq, values: [k2, full, pid, ep.started, ep.epoch, ep.seq] });
     if (!/^\d/.test(String(r.rows[0]?.r))) throw new Error('not granted');
     await raw.query({ ...rel, values: [k2, 'leasehold', full] });
   });

@@ -124,19 +124,27 @@ async function probeSession(
   }
 }
 
+/** What a connection's grants draw under: the epoch, the server's start, the sequence's OID. */
+export interface Epoch {
+  readonly epoch: string;
+  readonly started: string;
+  /** The OID of the sequence the epoch is for ('0' when unsure: every grant then asks again). */
+  readonly seq: string;
+}
+
 /**
  * The fence epoch the sequence counts under, read once per connection: recorded first (bumped in
  * its own durable commit, `bumpEpoch`) when crash recovery or a fresh install left no mark. No
- * connection outlives crash recovery, so the value read stays valid for the connection's life.
+ * connection outlives crash recovery, so the value read stays valid for the connection's life,
+ * unless the sequence is re-created (dropped by hand, then migrated): each grant compares the
+ * sequence's OID with `seq` and answers 'sequence' (nothing locked) to have it read again.
  */
-export async function readEpoch(
-  conn: Conn,
-  sql: Statements,
-  timeoutMs: number,
-): Promise<{ epoch: string; started: string }> {
+export async function readEpoch(conn: Conn, sql: Statements, timeoutMs: number): Promise<Epoch> {
   for (let round = 0; round < 2; round++) {
     const row = (await timed(conn.query(sql.epoch), timeoutMs, 'fence epoch'))[0];
-    if (row?.epoch != null) return { epoch: String(row.epoch), started: String(row.started) };
+    if (row?.epoch != null) {
+      return { epoch: String(row.epoch), started: String(row.started), seq: String(row.seq ?? '0') };
+    }
     await timed(conn.query(sql.bumpEpoch), timeoutMs, 'fence epoch');
   }
   throw new BackendError('postgres: could not record the fence epoch');

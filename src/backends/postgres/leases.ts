@@ -52,7 +52,7 @@ export interface LeasesHost {
   closed(): boolean;
   /** A lease of `key` began: the runExclusive window its last attempt met is forgotten. */
   windowOver(key: string): void;
-  /** A statement found the tables (or the sequence) gone (42P01). */
+  /** A statement found the tables (or the sequence, or the schema) gone (42P01, 3F000). */
   schemaGone(): void;
   maybeIdle(): void;
   track(p: Promise<unknown>): void;
@@ -86,6 +86,10 @@ export class Leases {
     if (typeof r === 'string' && r.length > 0) {
       const c = r.charCodeAt(0);
       if ((c >= 48 && c <= 57) || r === 'held' || c === 119) return r;
+    }
+    if (r === 'sequence') {
+      // re-created twice in a row under this connection (nothing was locked): the session is fine
+      throw markTransient(new BackendError('postgres: the fence sequence was re-created during the acquire'));
     }
     if (r === 'moved') {
       const e = new TransactionPoolerError('a statement on the lock connection ran on another server session');
@@ -295,8 +299,9 @@ export class Leases {
    */
   async afterFailure(conn: Conn, lockKey: string | null, e: unknown): Promise<void> {
     const state = sqlState(e);
-    if (state === '42P01') {
-      // the tables (or the sequence) are gone: re-created on the next use, with a new epoch
+    if (state === '42P01' || state === '3F000') {
+      // the tables (or the sequence, or the schema: the grant names the sequence first) are gone:
+      // re-created on the next use, with a new epoch
       this.host.schemaGone();
     }
     if (conn.closed || !state || state.startsWith('08') || state.startsWith('57')) return this.fail(conn, e, lockKey);

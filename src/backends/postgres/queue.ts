@@ -11,7 +11,7 @@ import { Sleep } from '../../wait.js';
 import { ClosedError } from '../../errors.js';
 import { timed, type Conn, type Db, type Row } from './client.js';
 import { lockParts } from './keys.js';
-import { remember, resetAndRelease, sqlState } from './connect.js';
+import { remember, resetAndRelease, sqlState, type Epoch } from './connect.js';
 import type { Statements } from './sql.js';
 
 /** A key waited for within this long goes straight into the server's queue on the next acquire. */
@@ -51,9 +51,11 @@ export interface QueueHost {
   closed(): boolean;
   /** The dedicated session connection (waits are looked for in pg_locks on it), or null. */
   session(): Conn | null;
-  epochOf(conn: Conn): Promise<{ epoch: string; started: string }>;
+  epochOf(conn: Conn): Promise<Epoch>;
   /** The epoch already read on `conn` (no promise, no turn of the event loop), or undefined. */
-  knownEpoch(conn: Conn): { epoch: string; started: string } | undefined;
+  knownEpoch(conn: Conn): Epoch | undefined;
+  /** The sequence was re-created since `conn` read its epoch: read it again. */
+  forgetEpoch(conn: Conn): void;
   /** The answer of a lock statement (a fence, 'held' or `w<ms>`); throws for a moved session. */
   checkRow(conn: Conn, row: Row | undefined): string;
   /** True while a lease of the backend is held on `conn`. */
@@ -159,9 +161,14 @@ export class ServerQueue {
     const host = this.host;
     let spare = false;
     try {
-      const ep = host.knownEpoch(conn) ?? (await host.epochOf(conn));
-      const params = [w.lockKey, w.key, String(host.pids.get(conn)), ep.started, ep.epoch, String(WAIT_MS)];
-      const row = (await conn.prepared(host.sql.waitLock, params))[0];
+      let row: Row | undefined;
+      // 'sequence': re-created since this connection read its epoch (nothing locked): read again
+      for (let round = 0; round < 2 && (round === 0 || row?.r === 'sequence'); round++) {
+        if (round > 0) host.forgetEpoch(conn);
+        const ep = host.knownEpoch(conn) ?? (await host.epochOf(conn));
+        const params = [w.lockKey, w.key, String(host.pids.get(conn)), ep.started, ep.epoch, ep.seq, String(WAIT_MS)];
+        row = (await conn.prepared(host.sql.waitLock, params))[0];
+      }
       w.queued = true;
       if (w.state !== 'waiting') {
         // cancelled while the answer was on its way: whatever it got goes with the connection

@@ -4,7 +4,7 @@
  * finds the tables (or the sequence) gone: re-created on the next use, with a new epoch.
  */
 import { schemaError, timed, type Conn, type Db } from './client.js';
-import { readEpoch } from './connect.js';
+import { readEpoch, type Epoch } from './connect.js';
 import { createTables, tablesExist, type Statements } from './sql.js';
 
 export interface SchemaConfig {
@@ -20,7 +20,7 @@ export class Schema {
   /** The schema check passed (attempts skip it without a microtask turn). */
   private passed = false;
   /** The fence epoch each session connection read (once: no connection outlives a reset). */
-  private epochs = new WeakMap<Conn, { epoch: string; started: string }>();
+  private epochs = new WeakMap<Conn, Epoch>();
 
   constructor(private readonly config: SchemaConfig) {}
 
@@ -57,17 +57,22 @@ export class Schema {
   }
 
   /** The epoch already read on `conn` (no promise, no turn of the event loop), or undefined. */
-  knownEpoch(conn: Conn): { epoch: string; started: string } | undefined {
+  knownEpoch(conn: Conn): Epoch | undefined {
     return this.epochs.get(conn);
   }
 
   /** The fence epoch a session connection draws under (read, or recorded, once per connection). */
-  async epochOf(conn: Conn): Promise<{ epoch: string; started: string }> {
+  async epochOf(conn: Conn): Promise<Epoch> {
     const known = this.epochs.get(conn);
     if (known) return known;
     const ep = await readEpoch(conn, this.config.sql, this.config.timeoutMs);
     this.epochs.set(conn, ep);
     return ep;
+  }
+
+  /** A grant on `conn` found the sequence re-created since its epoch was read: read it again. */
+  forget(conn: Conn): void {
+    this.epochs.delete(conn);
   }
 
   /** The tables (or the sequence) are gone: checked again on the next use, epochs read again. */

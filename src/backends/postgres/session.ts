@@ -109,6 +109,7 @@ export class PostgresBackend implements Backend {
       session: () => this.dedicated.current,
       epochOf: (conn) => this.schema.epochOf(conn),
       knownEpoch: (conn) => this.schema.knownEpoch(conn),
+      forgetEpoch: (conn) => this.schema.forget(conn),
       checkRow: (conn, row) => this.leases.checkRow(conn, row),
       holdsOn: (conn) => this.leases.holdsOn(conn),
       ended: (conn, cause) => this.leases.sessionEnded(conn, cause),
@@ -182,9 +183,13 @@ export class PostgresBackend implements Backend {
       const conn = this.dedicated.live() ?? (await this.dedicated.get());
       let row: Row | undefined;
       try {
-        const ep = this.schema.knownEpoch(conn) ?? (await this.schema.epochOf(conn));
-        const params = [lockKey, key, String(this.pids.get(conn)), ep.started, ep.epoch];
-        row = (await timed(conn.prepared(this.sql.acquire, params), this.config.timeoutMs, 'acquire'))[0];
+        // 'sequence': re-created since this connection read its epoch (nothing locked): read again
+        for (let round = 0; round < 2 && (round === 0 || row?.r === 'sequence'); round++) {
+          if (round > 0) this.schema.forget(conn);
+          const ep = this.schema.knownEpoch(conn) ?? (await this.schema.epochOf(conn));
+          const params = [lockKey, key, String(this.pids.get(conn)), ep.started, ep.epoch, ep.seq];
+          row = (await timed(conn.prepared(this.sql.acquire, params), this.config.timeoutMs, 'acquire'))[0];
+        }
       } catch (e) {
         await this.leases.afterFailure(conn, lockKey, e);
         throw backendError(e, 'acquire');

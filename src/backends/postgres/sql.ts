@@ -16,8 +16,10 @@
  * server runs. Crash recovery (of the whole server, or after one server process crashed) resets it
  * together with the unlogged mark row; a missing mark is what says so. The epoch is then bumped
  * and flushed, and the mark written, in one commit before any grant draws from the reset sequence;
- * each session connection reads the mark once (no connection outlives crash recovery), so every
- * fence after a reset is above every fence before it. The lock and its fence are one statement that
+ * each session connection reads the mark once (no connection outlives crash recovery), with the
+ * sequence's OID, which each of its grants compares with the sequence it draws from (a sequence
+ * re-created since, `createTables`, makes it read the mark again), so every fence after a reset is
+ * above every fence before it. The lock and its fence are one statement that
  * writes no row; the holder row (fence, value, pid: for inspect/list/watch) is written off the
  * grant's path. See docs/postgres.md ("Why fences never go back").
  *
@@ -55,21 +57,24 @@ export interface Statements {
   lockKey(fullKey: string): string;
   /**
    * $1 advisory key, $2 key, $3 the session's server pid, $4 the server's start (µs, as `epoch`
-   * read it), $5 the epoch → { r }: r = the fence (decimal digits: granted), 'held', `w<ms>` (a
-   * runExclusive window has ms left), 'moved' (the statement ran on another server session: a
-   * transaction pooler; nothing was locked), 'restarted' (another server start than the
-   * epoch's). Writes nothing.
+   * read it), $5 the epoch, $6 the fence sequence's OID (as `epoch` read it) → { r }: r = the
+   * fence (decimal digits: granted), 'held', `w<ms>` (a runExclusive window has ms left), 'moved'
+   * (the statement ran on another server session: a transaction pooler; nothing was locked),
+   * 'restarted' (another server start than the epoch's), 'sequence' (the sequence was re-created
+   * since the epoch was read: read it again; nothing was locked). Writes nothing.
    */
   readonly acquire: string;
   /**
    * Like `acquire`, but waits in the server's lock queue (`pg_advisory_lock`, FIFO, woken alone
-   * when its turn comes), for at most $6 ms (lock_timeout): r = a fence, `w<ms>`, 'moved',
-   * 'restarted'; a lock_timeout is an error (55P03).
+   * when its turn comes), for at most $7 ms (lock_timeout): r = a fence, `w<ms>`, 'moved',
+   * 'restarted', 'sequence'; a lock_timeout is an error (55P03).
    */
   readonly waitLock: string;
   /**
-   * → { epoch, started }: the epoch the fence sequence counts under since its last reset (the mark
-   * `bumpEpoch` wrote) and the server's start (µs, for the acquire's guard); no row: none recorded.
+   * → { epoch, started, seq }: the epoch the fence sequence counts under since its last reset (the
+   * mark `bumpEpoch` wrote), the server's start (µs, for the acquire's guard) and the sequence's
+   * OID as this statement's snapshot sees it (null when it is not the sequence the mark was read
+   * with: read again); no row: none recorded.
    */
   readonly epoch: string;
   /**
@@ -174,10 +179,15 @@ export function statements(quotedSchema: string): Statements {
   // A session that runs with synchronous_commit = off is raised to `local` for this one commit.
   const durable = `d AS (SELECT CASE WHEN current_setting('synchronous_commit') = 'off'
       THEN set_config('synchronous_commit', 'local', true) END AS s)`;
-  // the epoch of the sequence's current run: only a committed, flushed bump writes the mark
-  const epoch = `e AS (SELECT epoch FROM ${mark} WHERE id = 1)`;
   const seq = t('leasehold_fence_seq');
-  const nextFence = (e: string) => `((${e} << ${EPOCH_SHIFT}) + nextval('${seq.replace(/'/g, "''")}'::regclass))`;
+  const seqOid = `'${seq.replace(/'/g, "''")}'::regclass`;
+  // A cached plan names the sequence by OID (re-planned when it is dropped): this statement's
+  // snapshot sees that sequence's catalog row only if the transaction that created it (and removed
+  // the mark) is visible to it; else the mark read is an earlier sequence's, no epoch for this one.
+  const seqVisible = `EXISTS (SELECT 1 FROM pg_catalog.pg_class WHERE oid = ${seqOid})`;
+  // the epoch of the sequence's current run: only a committed, flushed bump writes the mark
+  const epoch = `e AS (SELECT epoch FROM ${mark} WHERE id = 1 AND ${seqVisible})`;
+  const nextFence = (e: string) => `((${e} << ${EPOCH_SHIFT}) + nextval(${seqOid}))`;
   // The CTE holding the volatile lock call is materialised and scanned exactly once, before the
   // INSERT sees a row, so the counter moves only when (and after) the lock was granted.
   const grant = (from: string) => `f AS (SELECT ${nextFence('e.epoch')} AS fence FROM ${from}),
@@ -204,6 +214,7 @@ export function statements(quotedSchema: string): Statements {
   const lockStatement = (lockCall: string, first = '') => `SELECT CASE${first}
         WHEN pg_backend_pid() <> $3::int4 THEN 'moved'
         WHEN ${startedUs} <> $4::int8 THEN 'restarted'
+        WHEN ${seqOid}::oid <> $6::oid THEN 'sequence'
         WHEN NOT ${lockCall} THEN 'held'
         WHEN EXISTS (SELECT 1 FROM ${windows} WHERE key = $2::text AND until > clock_timestamp())
           THEN CASE WHEN pg_advisory_unlock($1::int8) THEN 'w' || COALESCE((SELECT ${leftMs('until')}
@@ -220,9 +231,10 @@ export function statements(quotedSchema: string): Statements {
     // lock_timeout is set (for this session) before the lock call: the first branch, never taken
     waitLock: lockStatement(
       '(pg_advisory_lock($1::int8) IS NOT NULL)',
-      `\n        WHEN set_config('lock_timeout', $6::int8::text, false) IS NULL THEN NULL`,
+      `\n        WHEN set_config('lock_timeout', $7::int8::text, false) IS NULL THEN NULL`,
     ),
-    epoch: `SELECT epoch::text AS epoch, ${startedUs}::text AS started FROM ${mark} WHERE id = 1`,
+    epoch: `SELECT epoch::text AS epoch, ${startedUs}::text AS started,
+      CASE WHEN ${seqVisible} THEN ${seqOid}::oid::text END AS seq FROM ${mark} WHERE id = 1`,
     record: `WITH r AS (INSERT INTO ${holders} AS h (key, fence, pid, value, lk)
       VALUES ($1::text, $2::int8, $3::int4, $4::text, $5::int8)
       ON CONFLICT (key) DO UPDATE SET fence = excluded.fence, pid = excluded.pid, value = excluded.value,
