@@ -229,8 +229,10 @@ export class Leases {
     this.host.rows.remove(h);
     if (this.held.get(h.key) === h) this.held.delete(h.key);
     // a waiter connection is ready for the next wait at once: its statements run in order, the
-    // next wait's after this release
-    if (h.conn !== dedicated.current) queue.spareBack(h.conn);
+    // next wait's after this release; given back to the pool (its locks reset) only once the
+    // release answered, below: a reset sent first would let go of this lock before the release
+    const onWaiter = h.conn !== dedicated.current;
+    if (onWaiter) queue.spareBack(h.conn, true);
     try {
       const rows = await timed(
         h.conn.prepared(this.host.sql.release, [h.lockKey, this.host.channel, h.key]),
@@ -250,6 +252,7 @@ export class Leases {
       this.fail(h.conn, e, h.lockKey);
       return false;
     } finally {
+      if (onWaiter) queue.spareBack(h.conn);
       this.host.maybeIdle();
     }
   }

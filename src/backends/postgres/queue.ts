@@ -285,16 +285,20 @@ export class ServerQueue {
     return conn;
   }
 
-  /** A waiter connection with no wait and no lock on it: kept for the next wait (or given back). */
-  spareBack(conn: Conn): void {
+  /**
+   * A waiter connection with no wait and no lock on it: kept for the next wait (or given back).
+   * `inFlight`: a statement of ours (a release) is still on its way on it: kept when there is
+   * room, never given back before that statement answered (the caller calls again then).
+   */
+  spareBack(conn: Conn, inFlight = false): void {
     const host = this.host;
-    if (conn.closed || conn === host.session() || host.holdsOn(conn)) return;
+    if (conn.closed || conn === host.session() || host.holdsOn(conn) || this.spares.includes(conn)) return;
     for (const w of this.waits.values()) if (w.conn === conn) return;
     if (host.closed() || this.spares.length >= 1) {
-      host.track(resetAndRelease(conn, host.sql, host.timeoutMs));
+      if (!inFlight) host.track(resetAndRelease(conn, host.sql, host.timeoutMs));
       return;
     }
-    if (!this.spares.includes(conn)) this.spares.push(conn);
+    this.spares.push(conn);
     host.maybeIdle();
   }
 
