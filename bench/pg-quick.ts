@@ -62,7 +62,7 @@ async function uncontended() {
   const acq = { name: 'lh_quick_acquire', text: s.acquire };
   const rel = { name: 'lh_quick_release', text: s.release };
   await loop("raw, the driver's SQL on one connection (prepared, epoch fence)", async () => {
-    const r = await raw.query({ ...acq, values: [k2, full, pid, ep.started, ep.epoch, ep.seq] });
+    const r = await raw.query({ ...acq, values: [k2, full, pid, ep.started, ep.epoch, ep.seq, '0'] });
     if (!/^\d/.test(String(r.rows[0]?.r))) throw new Error('not granted');
     await raw.query({ ...rel, values: [k2, 'leasehold', full] });
   });

@@ -23,7 +23,7 @@ function handedOut(pool: pg.Pool): Map<number, pg.PoolClient> {
 const SETTINGS = `select current_setting('tcp_keepalives_idle') as idle,
   current_setting('tcp_keepalives_interval') as interval, current_setting('tcp_keepalives_count') as count`;
 
-test('the session connection sets TCP keepalives (a vanished client host lets go of its locks in ~8 s)', async () => {
+test('the session connection sets TCP keepalives (idle: the lease’s TTL, 30 s by default; keepalive.test.ts)', async () => {
   const pool = await env.pool({ max: 3 });
   const clients = handedOut(pool);
   const backend = postgres(pool);
@@ -31,7 +31,7 @@ test('the session connection sets TCP keepalives (a vanished client host lets go
   try {
     await locks.acquire('k');
     const session = clients.get(backend.sessionPid!)!;
-    expect((await session.query(SETTINGS)).rows[0]).toEqual({ idle: '5', interval: '1', count: '3' });
+    expect((await session.query(SETTINGS)).rows[0]).toEqual({ idle: '30', interval: '1', count: '3' });
   } finally {
     await locks.close();
   }

@@ -47,8 +47,9 @@ export async function openSession(
   try {
     const [first] = await timed(
       // generic plans for the lock statements from their first run (no re-planning per call);
-      // TCP keepalives, as on waiter connections: the server ends a session (and lets go of its
-      // locks) within ~8 s of a vanished client host, not the OS default of ~2 h
+      // TCP keepalives, as on waiter connections: the server ends a session with no lease on it
+      // within ~8 s of a vanished client host, not the OS default of ~2 h; a grant raises the
+      // idle time to its lease's TTL (keepalive.ts)
       conn.query(
         `SELECT pg_backend_pid() AS pid,
           set_config('plan_cache_mode', 'force_generic_plan', false) AS plans,

@@ -14,14 +14,18 @@ import type { HeldLock, HolderRows } from './holders.js';
 import { lockParts } from './keys.js';
 import type { ServerQueue, Wait } from './queue.js';
 import { terminateHolder } from './reads.js';
+import type { Keepalives } from './keepalive.js';
 import type { Statements } from './sql.js';
 import { markTransient } from '../../transient.js';
 
 /** A lock this backend holds (on its session connection, or on the waiter connection it waited on). */
 export interface Held extends HeldLock {
   readonly token: string;
-  /** Releases the lock when its validity runs out without an extension. */
+  /** Releases the lock when its validity runs out without an extension (or re-checks it, `refresh`). */
   timer: NodeJS.Timeout | null;
+  /** The validity the TTL gives (monotonic ms), and that TTL. */
+  until: number;
+  ttlMs: number;
 }
 
 /** `classid:objid`, as pg_locks shows the lock. */
@@ -32,7 +36,7 @@ const part = (lockKey: string) => {
 
 /** A lock just granted on `conn`: held, its expiry not armed yet. */
 export function newHeld(key: string, token: string, lockKey: string, fence: bigint, conn: Conn): Held {
-  return { key, token, lockKey, fence, conn, state: 'held', timer: null, value: null };
+  return { key, token, lockKey, fence, conn, state: 'held', timer: null, value: null, until: 0, ttlMs: 0 };
 }
 
 /** What the held locks need from their backend. */
@@ -49,6 +53,8 @@ export interface LeasesHost {
   readonly queue: ServerQueue;
   /** Holder rows (for inspect, list and watchers), written off the grant's path. */
   readonly rows: HolderRows;
+  /** The TCP keepalive idle time of each connection (how long the server keeps a silent one). */
+  readonly keepalives: Keepalives;
   closed(): boolean;
   /** A lease of `key` began: the runExclusive window its last attempt met is forgotten. */
   windowOver(key: string): void;
@@ -124,7 +130,7 @@ export class Leases {
       if (this.held.get(key) === held) this.held.delete(key);
       return null;
     }
-    this.expireAt(held, calledAt + request.ttlMs);
+    this.expireAt(held, calledAt + request.ttlMs, calledAt, request.ttlMs);
     this.host.rows.add(held, request.value ?? null);
     // a holder value (an election's leader) is visible to everyone once the grant resolves
     if (request.value !== undefined) await this.host.rows.flush(key);
@@ -144,7 +150,8 @@ export class Leases {
     const held = this.takeWait(w, request.token);
     this.held.set(key, held);
     this.host.windowOver(key);
-    this.expireAt(held, performance.now() + request.ttlMs);
+    const now = performance.now();
+    this.expireAt(held, now + request.ttlMs, now, request.ttlMs);
     this.host.rows.add(held, null);
     return { fence: held.fence };
   }
@@ -170,25 +177,38 @@ export class Leases {
     return out;
   }
 
-  private async probe(conn: Conn, items: readonly ExtendItem[], idx: number[], out: boolean[]): Promise<void> {
-    const minTtl = Math.min(...idx.map((i) => items[i]!.ttlMs));
-    const ms = Math.min(this.host.timeoutMs, Math.max(Math.floor(minTtl / 3), 200));
+  /**
+   * One statement on `conn` for the leases `idx` of `items`: each one still held is extended to
+   * its TTL from the send time (`refresh`: its validity stays, only the keepalive bound moves).
+   * It raises the connection's keepalive idle time to the longest TTL when lower (keepalive.ts).
+   */
+  private async probe(
+    conn: Conn,
+    items: readonly ExtendItem[],
+    idx: number[],
+    out: boolean[],
+    refresh = false,
+  ): Promise<void> {
+    const ttls = idx.map((i) => items[i]!.ttlMs);
+    const ms = Math.min(this.host.timeoutMs, Math.max(Math.floor(Math.min(...ttls) / 3), 200));
+    const idle = this.host.keepalives.need(conn, Math.max(...ttls));
     const sentAt = performance.now();
     let here: Set<string>;
     try {
-      here = new Set(
-        (await timed(conn.prepared(this.host.sql.heldHere), ms, 'liveness probe')).map((r) => String(r.k)),
-      );
+      const row = (await timed(conn.prepared(this.host.sql.heldHere, [idle]), ms, 'liveness probe'))[0];
+      here = new Set(typeof row?.k === 'string' ? row.k.split(' ') : []);
     } catch (e) {
       this.fail(conn, e);
       return;
     }
+    this.host.keepalives.set(conn, idle);
     const gone = new BackendError('postgres: the session no longer holds the advisory lock');
     for (const i of idx) {
       const h = this.held.get(items[i]!.key);
       if (!h || h.conn !== conn || h.state !== 'held') continue;
       if (here.has(part(h.lockKey))) {
-        this.expireAt(h, sentAt + items[i]!.ttlMs);
+        const ttl = items[i]!.ttlMs;
+        this.expireAt(h, refresh ? h.until : sentAt + ttl, sentAt, refresh ? h.ttlMs : ttl);
         out[i] = true;
       } else {
         this.lose(h, gone);
@@ -333,12 +353,33 @@ export class Leases {
     this.host.maybeIdle();
   }
 
-  expireAt(h: Held, at: number): void {
+  /**
+   * The lease is valid until `until` (its TTL counted from a statement sent at `seenAt`), but
+   * never past what the server's keepalives guarantee: `seenAt` + the connection's bound
+   * (keepalive.ts). Only a TTL above Linux's largest keepalive idle time reaches that bound: the
+   * lease is then re-checked on its connection (`refresh`) halfway there, and lost at the bound
+   * if that fails.
+   */
+  expireAt(h: Held, until: number, seenAt: number, ttlMs: number): void {
     this.disarm(h);
+    h.until = until;
+    h.ttlMs = ttlMs;
+    const bound = seenAt + this.host.keepalives.boundMs(h.conn);
+    const refresh = until > bound;
+    this.arm(h, refresh ? seenAt + (bound - seenAt) / 2 : until, refresh, bound);
+  }
+
+  private arm(h: Held, at: number, refresh: boolean, bound: number): void {
     const timer = setTimeout(
       () => {
         h.timer = null;
         if (h.state !== 'held') return;
+        if (refresh) {
+          this.arm(h, bound, false, bound); // lost at the bound unless the refresh answers first
+          const item = { key: h.key, token: h.token, ttlMs: h.ttlMs };
+          this.host.track(this.probe(h.conn, [item], [0], [false], true));
+          return;
+        }
         // the holder's validity ran out: it is told (the lease is lost), then the lock is let go
         this.lose(h, new BackendError('postgres: the lease ran out of validity without a renewal'));
         this.host.track(this.unlockLost(h));

@@ -12,6 +12,7 @@ import { ClosedError } from '../../errors.js';
 import { timed, type Conn, type Db, type Row } from './client.js';
 import { lockParts } from './keys.js';
 import { remember, resetAndRelease, sqlState, type Epoch } from './connect.js';
+import type { Keepalives } from './keepalive.js';
 import type { Statements } from './sql.js';
 
 /** A key waited for within this long goes straight into the server's queue on the next acquire. */
@@ -30,6 +31,8 @@ export interface Wait {
   readonly key: string;
   readonly token: string;
   readonly lockKey: string;
+  /** The waiting caller's TTL: the grant raises the connection's keepalive idle time to it. */
+  readonly ttlMs: number;
   conn: Conn | null;
   state: 'waiting' | 'granted' | 'ended';
   fence: bigint;
@@ -48,6 +51,8 @@ export interface QueueHost {
   readonly timeoutMs: number;
   /** The server pid of each connection (written here for waiter connections). */
   readonly pids: WeakMap<Conn, number>;
+  /** The TCP keepalive idle time of each connection (a grant raises it to the waiter's TTL). */
+  readonly keepalives: Keepalives;
   closed(): boolean;
   /** The dedicated session connection (waits are looked for in pg_locks on it), or null. */
   session(): Conn | null;
@@ -108,7 +113,7 @@ export class ServerQueue {
    * in pg_locks (or already answered); null when no waiter connection can be had (then the caller
    * polls on NOTIFY as before).
    */
-  async enqueue(key: string, token: string, lockKey: string, confirm: boolean): Promise<Wait | null> {
+  async enqueue(key: string, token: string, lockKey: string, ttlMs: number, confirm: boolean): Promise<Wait | null> {
     const host = this.host;
     if (this.waits.size >= MAX_WAITERS) return null;
     // a spare connection is taken without a turn of the event loop (every contended grant's path)
@@ -128,6 +133,7 @@ export class ServerQueue {
       key,
       token,
       lockKey,
+      ttlMs,
       conn,
       state: 'waiting',
       fence: 0n,
@@ -162,11 +168,22 @@ export class ServerQueue {
     let spare = false;
     try {
       let row: Row | undefined;
+      // the keepalive idle time is raised only once granted: a wait in a partition lapses in ~8 s
+      const idle = host.keepalives.need(conn, w.ttlMs);
       // 'sequence': re-created since this connection read its epoch (nothing locked): read again
       for (let round = 0; round < 2 && (round === 0 || row?.r === 'sequence'); round++) {
         if (round > 0) host.forgetEpoch(conn);
         const ep = host.knownEpoch(conn) ?? (await host.epochOf(conn));
-        const params = [w.lockKey, w.key, String(host.pids.get(conn)), ep.started, ep.epoch, ep.seq, String(WAIT_MS)];
+        const params = [
+          w.lockKey,
+          w.key,
+          String(host.pids.get(conn)),
+          ep.started,
+          ep.epoch,
+          ep.seq,
+          String(WAIT_MS),
+          idle,
+        ];
         row = (await conn.prepared(host.sql.waitLock, params))[0];
       }
       w.queued = true;
@@ -176,6 +193,7 @@ export class ServerQueue {
         return;
       }
       const r = host.checkRow(conn, row);
+      if (r !== 'held') host.keepalives.set(conn, idle); // raised once the lock was granted
       if (r !== 'held' && r.charCodeAt(0) !== 119) {
         w.state = 'granted';
         w.fence = BigInt(r);

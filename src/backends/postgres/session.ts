@@ -33,6 +33,7 @@ import { ClosedError, InvalidArgumentError } from '../../errors.js';
 import { backendError, timed, type Conn, type Db, type Row } from './client.js';
 import { Dedicated, remember, resetAndRelease } from './connect.js';
 import { HolderRows } from './holders.js';
+import { Keepalives } from './keepalive.js';
 import { checkFullKey, checkText } from './keys.js';
 import { Leases, newHeld } from './leases.js';
 import { Notifier } from './notify.js';
@@ -75,6 +76,7 @@ export class PostgresBackend implements Backend {
   private readonly queue: ServerQueue;
   /** The server pid of each session connection, as the server says (not the client's key data). */
   private readonly pids = new WeakMap<Conn, number>();
+  private readonly keepalives = new Keepalives();
   private readonly watches: Watches;
   /** The tables (checked on first use) and the fence epochs read from them. */
   private readonly schema: Schema;
@@ -105,6 +107,7 @@ export class PostgresBackend implements Backend {
       sql: this.sql,
       timeoutMs: config.timeoutMs,
       pids: this.pids,
+      keepalives: this.keepalives,
       closed: () => this.closed,
       session: () => this.dedicated.current,
       epochOf: (conn) => this.schema.epochOf(conn),
@@ -122,6 +125,7 @@ export class PostgresBackend implements Backend {
       ...config,
       sql: this.sql,
       pids: this.pids,
+      keepalives: this.keepalives,
       dedicated: this.dedicated,
       queue: this.queue,
       rows: this.rows,
@@ -173,7 +177,7 @@ export class PostgresBackend implements Backend {
     if (hinted && !this.closed) {
       // a key this backend waited for lately: straight into the server's queue (one statement:
       // granted at once when free); the next attempt claims the grant
-      const w2 = await this.queue.enqueue(key, request.token, this.sql.lockKey(key), false);
+      const w2 = await this.queue.enqueue(key, request.token, this.sql.lockKey(key), request.ttlMs, false);
       if (w2) return null;
     }
     this.acquiring.add(key);
@@ -182,12 +186,13 @@ export class PostgresBackend implements Backend {
       // no await (no extra microtask turn) when the session and its epoch are known
       const conn = this.dedicated.live() ?? (await this.dedicated.get());
       let row: Row | undefined;
+      const idle = this.keepalives.need(conn, request.ttlMs); // '0' unless to raise (keepalive.ts)
       try {
         // 'sequence': re-created since this connection read its epoch (nothing locked): read again
         for (let round = 0; round < 2 && (round === 0 || row?.r === 'sequence'); round++) {
           if (round > 0) this.schema.forget(conn);
           const ep = this.schema.knownEpoch(conn) ?? (await this.schema.epochOf(conn));
-          const params = [lockKey, key, String(this.pids.get(conn)), ep.started, ep.epoch, ep.seq];
+          const params = [lockKey, key, String(this.pids.get(conn)), ep.started, ep.epoch, ep.seq, idle];
           row = (await timed(conn.prepared(this.sql.acquire, params), this.config.timeoutMs, 'acquire'))[0];
         }
       } catch (e) {
@@ -196,6 +201,7 @@ export class PostgresBackend implements Backend {
       }
       const r = this.leases.checkRow(conn, row);
       if (r !== 'held') {
+        this.keepalives.set(conn, idle); // raised once the lock was granted
         if (r.charCodeAt(0) === 119) {
           remember(this.windowLeft, key, Number(r.slice(1)));
           return this.refused(key, request, mark);
@@ -205,7 +211,7 @@ export class PostgresBackend implements Backend {
       if (request.queue && !this.closed) {
         // take a place in the server's queue now: arrival order is the order of refusals
         this.queue.markContended(key);
-        const w2 = await this.queue.enqueue(key, request.token, lockKey, true);
+        const w2 = await this.queue.enqueue(key, request.token, lockKey, request.ttlMs, true);
         if (w2?.state === 'granted') return this.leases.claim(w2, request, calledAt);
         if (w2) return null;
         // no waiter connection: poll, with releases of this key NOTIFYing (attended for 60 s)

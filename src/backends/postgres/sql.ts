@@ -57,7 +57,8 @@ export interface Statements {
   lockKey(fullKey: string): string;
   /**
    * $1 advisory key, $2 key, $3 the session's server pid, $4 the server's start (µs, as `epoch`
-   * read it), $5 the epoch, $6 the fence sequence's OID (as `epoch` read it) → { r }: r = the
+   * read it), $5 the epoch, $6 the fence sequence's OID (as `epoch` read it), $7 the TCP keepalive idle time (s) to set once
+   * granted, or 0 (keepalive.ts) → { r }: r = the
    * fence (decimal digits: granted), 'held', `w<ms>` (a runExclusive window has ms left), 'moved'
    * (the statement ran on another server session: a transaction pooler; nothing was locked),
    * 'restarted' (another server start than the epoch's), 'sequence' (the sequence was re-created
@@ -66,7 +67,7 @@ export interface Statements {
   readonly acquire: string;
   /**
    * Like `acquire`, but waits in the server's lock queue (`pg_advisory_lock`, FIFO, woken alone
-   * when its turn comes), for at most $7 ms (lock_timeout): r = a fence, `w<ms>`, 'moved',
+   * when its turn comes), for at most $7 ms (lock_timeout), $8 the keepalive idle time as $7 of `acquire`: r = a fence, `w<ms>`, 'moved',
    * 'restarted', 'sequence'; a lock_timeout is an error (55P03).
    */
   readonly waitLock: string;
@@ -98,7 +99,10 @@ export interface Statements {
    * by more than one) and keeps the winner's mark. Never inside a user's transaction.
    */
   readonly bumpEpoch: string;
-  /** → { k } the advisory keys (as classid:objid) this connection holds. */
+  /**
+   * $1 the TCP keepalive idle time (s) to set, or 0 → { k } the advisory keys (as classid:objid,
+   * space-separated, null: none) this connection holds.
+   */
   readonly heldHere: string;
   /**
    * $1 advisory key, $2 channel, $3 key → { ok, pid }; NOTIFY (delivered at commit, after the
@@ -211,11 +215,14 @@ export function statements(quotedSchema: string): Statements {
   // expression, one text column (no CTE, no second column: the cheapest statement for the server
   // to start and the client to read); CASE evaluates its branches in order, so the lock is taken
   // only after the guards pass and the fence is drawn only for a granted lock.
-  const lockStatement = (lockCall: string, first = '') => `SELECT CASE${first}
+  // once the lock is granted, and only when $idle > 0 (keepalive.ts): the session's TCP keepalive
+  // idle time is raised to the lease's TTL (a branch never taken: set_config is never null)
+  const lockStatement = (lockCall: string, idle: string, first = '') => `SELECT CASE${first}
         WHEN pg_backend_pid() <> $3::int4 THEN 'moved'
         WHEN ${startedUs} <> $4::int8 THEN 'restarted'
         WHEN ${seqOid}::oid <> $6::oid THEN 'sequence'
         WHEN NOT ${lockCall} THEN 'held'
+        WHEN ${idle}::int4 > 0 AND set_config('tcp_keepalives_idle', ${idle}::int4::text, false) IS NULL THEN NULL
         WHEN EXISTS (SELECT 1 FROM ${windows} WHERE key = $2::text AND until > clock_timestamp())
           THEN CASE WHEN pg_advisory_unlock($1::int8) THEN 'w' || COALESCE((SELECT ${leftMs('until')}
             FROM ${windows} WHERE key = $2::text AND until > clock_timestamp()), 0) END
@@ -227,10 +234,11 @@ export function statements(quotedSchema: string): Statements {
     windows,
     results,
     lockKey: (fullKey) => advisoryKey(fullKey, quotedSchema.slice(1, -1)).toString(),
-    acquire: lockStatement('pg_try_advisory_lock($1::int8)'),
+    acquire: lockStatement('pg_try_advisory_lock($1::int8)', '$7'),
     // lock_timeout is set (for this session) before the lock call: the first branch, never taken
     waitLock: lockStatement(
       '(pg_advisory_lock($1::int8) IS NOT NULL)',
+      '$8',
       `\n        WHEN set_config('lock_timeout', $7::int8::text, false) IS NULL THEN NULL`,
     ),
     epoch: `SELECT epoch::text AS epoch, ${startedUs}::text AS started,
@@ -245,7 +253,8 @@ export function statements(quotedSchema: string): Statements {
     waiting: `SELECT 1 AS w FROM pg_locks WHERE pid = $1::int4 AND locktype = 'advisory'
       AND classid = $2::int8::oid AND objid = $3::int8::oid AND objsubid = 1`,
     // client_connection_check_interval (14+): a waiting backend whose client closed leaves the
-    // queue within 1 s; keepalives: within ~8 s of a vanished host (TCP connections); none of the
+    // queue within 1 s; keepalives: within ~8 s of a vanished host (TCP connections; raised to the
+    // waiter's TTL once granted, keepalive.ts); none of the
     // pool's timeouts (statement_timeout would cancel the wait: its place in the queue lost)
     waiterSetup: `SELECT pg_backend_pid() AS pid,
       CASE WHEN current_setting('server_version_num')::int >= 140000
@@ -266,8 +275,10 @@ export function statements(quotedSchema: string): Statements {
         ON CONFLICT (id) DO UPDATE SET epoch = x.epoch + 1, started = excluded.started
         RETURNING x.epoch)
       INSERT INTO ${mark} (id, epoch) SELECT 1, epoch FROM b ON CONFLICT (id) DO NOTHING`,
-    heldHere: `SELECT classid::int8::text || ':' || objid::int8::text AS k FROM pg_locks
-      WHERE pid = pg_backend_pid() AND locktype = 'advisory' AND objsubid = 1 AND granted`,
+    // one row, whatever is held (an aggregate): the keepalive raise runs even when nothing is
+    heldHere: `SELECT string_agg(classid::int8::text || ':' || objid::int8::text, ' ') AS k,
+        CASE WHEN $1::int4 > 0 THEN set_config('tcp_keepalives_idle', $1::int4::text, false) END AS i
+      FROM pg_locks WHERE pid = pg_backend_pid() AND locktype = 'advisory' AND objsubid = 1 AND granted`,
     release: `SELECT CASE WHEN NOT pg_advisory_unlock($1::int8) THEN false
         WHEN EXISTS (SELECT 1 FROM ${holders} WHERE key = $3::text AND attn > clock_timestamp())
           THEN pg_notify($2::text, $1::int8::text) IS NOT NULL
