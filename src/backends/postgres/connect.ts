@@ -5,21 +5,24 @@
  */
 import { BackendError, ClosedError, LeaseholdError } from '../../errors.js';
 import { backendError, timed, type Conn, type Db } from './client.js';
-import { markTransient } from '../../transient.js';
 import { noTimeouts, type Statements } from './sql.js';
 
 /**
- * Session locks behind a transaction pooler (PgBouncer `pool_mode = transaction`) would attach
- * to whichever server connection runs the statement: refused, with what to use instead.
+ * Session locks through a pooler that may be a transaction pooler (PgBouncer
+ * `pool_mode = transaction`): they would attach to whichever server connection runs the
+ * statement, shared with other clients (advisory locks are re-entrant within one server
+ * session). Refused, with what to do instead.
  */
 export class TransactionPoolerError extends LeaseholdError {
   constructor(detail: string) {
     super(
       'LEASEHOLD_UNSUPPORTED',
-      `postgres: session locks need one server session per connection, but ${detail}: this looks like a ` +
-        'transaction-pooling PgBouncer (or another transaction pooler). Use xactLock()/tryXactLock() inside ' +
-        'your transactions through it, or give postgres() a pool that connects to Postgres directly or ' +
-        'through a session-mode pool (see docs/postgres.md, "Deployments")',
+      `postgres: session locks need one server session per connection, but ${detail}. Session locks are ` +
+        'refused: through a transaction pooler (such as a transaction-pooling PgBouncer) they would share a ' +
+        'server session with other clients. Give postgres() a pool that connects to Postgres directly, use ' +
+        'xactLock()/tryXactLock() inside your transactions through the pooler, or, only if it is a session-mode ' +
+        'pool (one server connection per client connection, e.g. PgBouncer pool_mode=session), declare it: ' +
+        'postgres(pool, { pooler: \'session\' }) (see docs/postgres.md, "Deployments")',
     );
   }
 }
@@ -29,44 +32,53 @@ export class TransactionPoolerError extends LeaseholdError {
  * the one it announced at connect (BackendKeyData, which both clients keep): equal, the client
  * talks to that server process itself (directly or through a plain TCP proxy), and nothing more
  * is needed. Otherwise something in between (a pooler, or a client that does not say) answered
- * the connect: a second connection holds a transaction open while the first asks again. Behind
- * a transaction pooler the second one takes the first one's (idle, most recently used) server
- * connection, so the first one's next statement runs elsewhere. When no second connection comes
- * in time the session cannot be verified: refused (`UnverifiedSessionError`, retried by a
- * waiting acquire), never accepted unchecked. Each acquire re-checks the pid (one parameter).
- * On failure the connection is destroyed; a pooler throws `TransactionPoolerError`.
+ * the connect, and nothing leasehold can ask tells a session pooler from a transaction pooler
+ * for sure: refused (`TransactionPoolerError`) unless the user declared a session-mode pooler
+ * (`pooler: 'session'`, their promise). Then a sanity check still runs when the pool has a
+ * second connection free: it holds a transaction open while the first connection asks its pid
+ * again, and an obvious transaction pooler (the pid moved) is refused all the same. Each
+ * acquire and each liveness probe re-checks the pid. On failure the connection is destroyed.
  */
 export async function openSession(
   db: Db,
   timeoutMs: number,
   closed: () => boolean,
+  pooler: 'session' | undefined,
 ): Promise<{ conn: Conn; pid: number }> {
   const conn = await db.reserve(timeoutMs).catch((e) => Promise.reject(backendError(e, 'connect')));
   const pidOf = async (c: { query: Conn['query'] }) =>
     Number((await timed(c.query('SELECT pg_backend_pid() AS pid'), timeoutMs, 'connect'))[0]?.pid);
   try {
-    const [first] = await timed(
-      // generic plans for the lock statements from their first run (no re-planning per call);
-      // TCP keepalives, as on waiter connections: the server ends a session with no lease on it
-      // within ~8 s of a vanished client host, not the OS default of ~2 h; a grant raises the
-      // idle time to its lease's TTL (keepalive.ts)
+    // the pid first, alone: nothing is set on a server connection that may be shared
+    const pid = await pidOf(conn);
+    // A pooler announces a pid of its own at connect; a plain TCP proxy passes the server's.
+    const direct = conn.keyPid !== undefined && Number.isFinite(conn.keyPid) && conn.keyPid === pid;
+    if (!direct) {
+      if (pooler !== 'session') {
+        throw new TransactionPoolerError(
+          "the lock connection goes through a pooler (the server's pid differs from the one announced at " +
+            'connect, or the client did not say it) and postgres() was not told it is a session-mode pooler',
+        );
+      }
+      await probeSession(db, conn, pid, timeoutMs, pidOf);
+    }
+    // generic plans for the lock statements from their first run (no re-planning per call);
+    // TCP keepalives, as on waiter connections: the server ends a session (and lets go of its
+    // locks) within ~8 s of a vanished client host while it holds no lease, not the OS default of ~2 h;
+    // a grant raises the idle time to its lease's TTL (keepalive.ts). None of the
+    // pool's timeouts: a statement cancelled (statement_timeout) or the session ended while idle
+    // (idle_session_timeout) would lose every lease.
+    const [set] = await timed(
       conn.query(
         `SELECT pg_backend_pid() AS pid,
           set_config('plan_cache_mode', 'force_generic_plan', false) AS plans,
           set_config('tcp_keepalives_idle', '5', false) AS i, set_config('tcp_keepalives_interval', '1', false) AS v,
-          set_config('tcp_keepalives_count', '3', false) AS n`,
+          set_config('tcp_keepalives_count', '3', false) AS n, ${noTimeouts}`,
       ),
       timeoutMs,
       'connect',
     );
-    const pid = Number(first?.pid);
-    // A pooler announces a pid of its own at connect; a plain TCP proxy passes the server's.
-    const direct = conn.keyPid !== undefined && Number.isFinite(conn.keyPid) && conn.keyPid === pid;
-    if (!direct) await probeSession(db, conn, pid, timeoutMs, pidOf);
-    // none of the pool's timeouts: a statement cancelled (statement_timeout) or the session ended
-    // while idle (idle_session_timeout) would lose every lease. Only on a session that passed the
-    // check: a transaction pooler would leave them on a server connection others use
-    await timed(conn.query(`SELECT ${noTimeouts}`), timeoutMs, 'connect');
+    if (Number(set?.pid) !== pid) throw new TransactionPoolerError('its server session changed between two statements');
     if (closed()) throw new ClosedError('postgres: backend closed');
     return { conn, pid };
   } catch (e) {
@@ -75,28 +87,16 @@ export async function openSession(
   }
 }
 
-/** How long the session check behind a pooler waits for its second connection. */
+/** How long the sanity check behind a declared session pooler waits for its second connection. */
 const PROBE_WAIT_MS = 2000;
 
 /**
- * The session check could not run (no second connection came in time): session locks are
- * refused for now, since a transaction pooler would share this server session with other
- * clients (advisory locks are re-entrant there). Transient: the next acquire checks again.
+ * The sanity check of a session behind a declared session-mode pooler: a second connection holds
+ * a transaction open while the first asks its pid again. Behind a transaction pooler the second
+ * one may take the first one's (idle) server connection, or the first one's next statement may
+ * run elsewhere: refused. When no second connection comes in time the check is skipped (the
+ * declaration is the user's promise; each statement still checks the pid).
  */
-export class UnverifiedSessionError extends BackendError {
-  constructor(waitedMs: number) {
-    super(
-      `postgres: the lock connection goes through a pooler or proxy (the server's pid differs from the one ` +
-        `announced at connect), and leasehold could not check that it keeps one server session: no second ` +
-        `pool connection came within ${waitedMs}ms. Session locks are refused until the check passes (the next ` +
-        'acquire tries again): give the pool a free connection (max ≥ 3), connect to Postgres directly, or use ' +
-        'xactLock()/tryXactLock() inside your transactions (see docs/postgres.md, "Deployments")',
-    );
-    markTransient(this);
-  }
-}
-
-/** The two-connection check of a session behind something that is not the server itself. */
 async function probeSession(
   db: Db,
   conn: Conn,
@@ -104,9 +104,8 @@ async function probeSession(
   timeoutMs: number,
   pidOf: (c: { query: Conn['query'] }) => Promise<number>,
 ): Promise<void> {
-  const wait = Math.min(timeoutMs, PROBE_WAIT_MS);
-  const other = await db.reserve(wait).catch(() => null);
-  if (!other) throw new UnverifiedSessionError(wait);
+  const other = await db.reserve(Math.min(timeoutMs, PROBE_WAIT_MS)).catch(() => null);
+  if (!other) return;
   let clean = false;
   try {
     await timed(other.query('BEGIN'), timeoutMs, 'connect');
@@ -117,7 +116,10 @@ async function probeSession(
     await timed(other.query('COMMIT'), timeoutMs, 'connect');
     clean = true;
     if (theirs === pid || again !== pid) {
-      throw new TransactionPoolerError('its server session changed between two statements');
+      throw new TransactionPoolerError(
+        "postgres() was told the pooler is in session mode (pooler: 'session'), yet the lock connection's " +
+          'server session changed between two statements: it is a transaction pooler',
+      );
     }
   } finally {
     if (clean) other.release();
@@ -184,6 +186,8 @@ const IDLE_MS = 5_000;
 export interface DedicatedHost {
   readonly db: Db;
   readonly timeoutMs: number;
+  /** The user declared a session-mode pooler (`pooler: 'session'`). */
+  readonly pooler: 'session' | undefined;
   closed(): boolean;
   /** Something held, being acquired or waited for (or closed): the connection stays. */
   busy(): boolean;
@@ -197,15 +201,15 @@ export interface DedicatedHost {
 
 /**
  * The backend's dedicated connection (its session): taken from the pool at the first use, kept
- * while anything is held (and IDLE_MS after), then given back. A transaction pooler seen once
- * is refused from then on.
+ * while anything is held (and IDLE_MS after), then given back. A pooler refused once is refused
+ * from then on.
  */
 export class Dedicated {
   private conn: Conn | null = null;
   private connecting: Promise<Conn> | null = null;
   private idle: NodeJS.Timeout | null = null;
   private idleSince = 0;
-  /** Set once a transaction pooler was seen: every later acquire is refused the same way. */
+  /** Set once a pooler was refused: every later acquire is refused the same way. */
   pooled: TransactionPoolerError | null = null;
 
   constructor(private readonly host: DedicatedHost) {}
@@ -240,7 +244,7 @@ export class Dedicated {
 
   private async open(): Promise<Conn> {
     try {
-      const { conn, pid } = await openSession(this.host.db, this.host.timeoutMs, this.host.closed);
+      const { conn, pid } = await openSession(this.host.db, this.host.timeoutMs, this.host.closed, this.host.pooler);
       this.conn = conn;
       this.host.opened(conn, pid);
       return conn;

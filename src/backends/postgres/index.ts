@@ -37,9 +37,19 @@ export interface PostgresOptions {
   timeout?: Duration;
   /** Create the tables on first use. Set false when the app user may not run DDL (use `migrate()`). */
   migrate?: boolean;
+  /**
+   * Declares that the pool reaches Postgres through a session-mode pooler (one server connection
+   * per client connection for its whole life, e.g. PgBouncer `pool_mode = session`). Without it,
+   * session locks are refused (`TransactionPoolerError`) on a connection whose server pid differs
+   * from the one announced at connect, since a transaction pooler would share the locks' server
+   * session with other clients. This is your promise: leasehold cannot tell the two pool modes
+   * apart for sure. It still refuses an obvious transaction pooler (a sanity check when a second
+   * connection is free) and ends a lease at once when its session's server pid changes.
+   */
+  pooler?: 'session';
 }
 
-const OPTIONS = ['schema', 'channel', 'timeout', 'migrate'] as const;
+const OPTIONS = ['schema', 'channel', 'timeout', 'migrate', 'pooler'] as const;
 
 /**
  * A session-mode backend over the user's pool: a pg `Pool` or a postgres.js `sql`. One pooled
@@ -57,6 +67,12 @@ export function postgres(poolOrSql: PostgresClientLike, opts?: PostgresOptions):
   if (typeof autoMigrate !== 'boolean') {
     throw new InvalidArgumentError(`postgres(): migrate must be a boolean, got ${describe(autoMigrate)}`);
   }
+  if (o.pooler !== undefined && o.pooler !== 'session') {
+    throw new InvalidArgumentError(
+      `postgres(): pooler must be 'session' (a session-mode pooler) or left out, got ${describe(o.pooler)}`,
+    );
+  }
+  const pooler = o.pooler as 'session' | undefined;
   const db = adapt(poolOrSql);
   // the backend holds one connection as its lock session and runs its other statements (schema
   // check, holder rows, inspect) on the rest of the pool: a pool of one would wait on itself
@@ -68,7 +84,7 @@ export function postgres(poolOrSql: PostgresClientLike, opts?: PostgresOptions):
         "queue in the server; a serverless function's pool of 1 can lock with xactLock inside its own transaction)",
     );
   }
-  const backend = new PostgresBackend({ db, quotedSchema, channel, timeoutMs, autoMigrate });
+  const backend = new PostgresBackend({ db, quotedSchema, channel, timeoutMs, autoMigrate, pooler });
   const admin = postgresAdmin(db, quotedSchema, channel);
   return Object.assign(backend, admin, {
     // what this backend granted shows in its own list (holder rows are written just after grants)

@@ -193,15 +193,25 @@ export class Leases {
     const ms = Math.min(this.host.timeoutMs, Math.max(Math.floor(Math.min(...ttls) / 3), 200));
     const idle = this.host.keepalives.need(conn, Math.max(...ttls));
     const sentAt = performance.now();
-    let here: Set<string>;
+    let rows: Row[];
     try {
-      const row = (await timed(conn.prepared(this.host.sql.heldHere, [idle]), ms, 'liveness probe'))[0];
-      here = new Set(typeof row?.k === 'string' ? row.k.split(' ') : []);
+      rows = await timed(conn.prepared(this.host.sql.heldHere, [idle]), ms, 'liveness probe');
     } catch (e) {
       this.fail(conn, e);
       return;
     }
+    if (Number(rows[0]?.pid) !== this.host.pids.get(conn)) {
+      // the session's statements now run on another server connection (a pooler that does not
+      // keep sessions): what it holds there is not ours to count on. Every lease on it is lost
+      // at once, the session that holds them is ended, and session locks are refused from now on
+      const e = new TransactionPoolerError('a liveness probe on the lock connection ran on another server session');
+      this.host.dedicated.pooled = e;
+      this.fail(conn, e);
+      return;
+    }
     this.host.keepalives.set(conn, idle);
+    const k = rows[0]?.k;
+    const here = new Set(typeof k === 'string' ? k.split(' ') : []);
     const gone = new BackendError('postgres: the session no longer holds the advisory lock');
     for (const i of idx) {
       const h = this.held.get(items[i]!.key);

@@ -49,6 +49,8 @@ export interface SessionConfig {
   readonly channel: string;
   readonly timeoutMs: number;
   readonly autoMigrate: boolean;
+  /** The user declared a session-mode pooler in front of Postgres (their promise). */
+  readonly pooler: 'session' | undefined;
 }
 
 /** A waiter re-tries at least this often: a holder whose session died sends no NOTIFY. */
@@ -91,6 +93,7 @@ export class PostgresBackend implements Backend {
     this.dedicated = new Dedicated({
       db: config.db,
       timeoutMs: config.timeoutMs,
+      pooler: config.pooler,
       closed: () => this.closed,
       busy: () => this.busy(),
       hasSpares: () => this.queue.spareCount > 0,

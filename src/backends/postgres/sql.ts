@@ -100,8 +100,8 @@ export interface Statements {
    */
   readonly bumpEpoch: string;
   /**
-   * $1 the TCP keepalive idle time (s) to set, or 0 → { k } the advisory keys (as classid:objid,
-   * space-separated, null: none) this connection holds.
+   * $1 the TCP keepalive idle time (s) to set, or 0 → { pid, k }: the server pid that ran it and
+   * the advisory keys (as classid:objid, space-separated, null: none) this connection holds.
    */
   readonly heldHere: string;
   /**
@@ -276,7 +276,7 @@ export function statements(quotedSchema: string): Statements {
         RETURNING x.epoch)
       INSERT INTO ${mark} (id, epoch) SELECT 1, epoch FROM b ON CONFLICT (id) DO NOTHING`,
     // one row, whatever is held (an aggregate): the keepalive raise runs even when nothing is
-    heldHere: `SELECT string_agg(classid::int8::text || ':' || objid::int8::text, ' ') AS k,
+    heldHere: `SELECT pg_backend_pid() AS pid, string_agg(classid::int8::text || ':' || objid::int8::text, ' ') AS k,
         CASE WHEN $1::int4 > 0 THEN set_config('tcp_keepalives_idle', $1::int4::text, false) END AS i
       FROM pg_locks WHERE pid = pg_backend_pid() AND locktype = 'advisory' AND objsubid = 1 AND granted`,
     release: `SELECT CASE WHEN NOT pg_advisory_unlock($1::int8) THEN false
