@@ -7,15 +7,25 @@
  */
 import { InvalidArgumentError } from '../../errors.js';
 import { digest } from '../../hash.js';
-import { checkKey as checkUserKey, checkOptions as checkOpts } from '../../validate.js';
+import { MAX_KEY_BYTES, checkKey as checkUserKey, checkOptions as checkOpts, checkString } from '../../validate.js';
 
 /**
  * The signed 64-bit advisory lock key for a namespaced key such as `leasehold:order:42`, in the
  * fence tables' `schema` (unquoted). The default schema, `public`, hashes the key alone; another
  * one hashes `<schema> NUL <key>` (a key holds no NUL): its own namespace of locks, as it has its
- * own fences.
+ * own fences. Throws `InvalidArgumentError` for a key that is not a non-empty, well-formed string
+ * of at most 1,281 UTF-8 bytes (a 256-byte prefix, `:`, a 1,024-byte key) without NUL, or a
+ * schema that is not a plain SQL identifier.
  */
 export function advisoryKey(fullKey: string, schema: string = DEFAULT_SCHEMA): bigint {
+  // what the backends pass: `<prefix>:<key>`, each checked by the library's rules (a prefix of
+  // ≤ 256 UTF-8 bytes, a key of ≤ MAX_KEY_BYTES), no NUL (Postgres text); a schema as postgres()
+  // takes it. A bad argument throws here rather than hashing to some other lock.
+  checkString(fullKey, 'advisoryKey(): fullKey', MAX_KEY_BYTES + 257);
+  if (fullKey.includes('\u0000')) {
+    throw new InvalidArgumentError('advisoryKey(): fullKey must not contain NUL characters (Postgres text)');
+  }
+  if (schema !== DEFAULT_SCHEMA) quoteIdent(schema, 'advisoryKey(): schema');
   const text = schema === DEFAULT_SCHEMA ? fullKey : `${schema}\u0000${fullKey}`;
   let k = recent.get(text);
   if (k === undefined) {
