@@ -269,8 +269,9 @@ export class Keeper {
           due.forEach((l, i) => {
             done(l);
             const r = results[i];
-            // this item failed while others of the call went through (Backend.extend)
-            if (r instanceof Error) return retry(l, r, t);
+            // this item failed while others of the call went through (Backend.extend): its error
+            // is scrubbed as a whole call's is (a client's error may quote the token)
+            if (r instanceof Error) return retry(l, this.calls.error(r, 'renewal', [l.token], l.key), t);
             const ok = r === true;
             if (channels.extend.hasSubscribers) {
               emit(channels.extend, { backend: name, key: l.key, fence: l.fence, ok, batch: due.length });

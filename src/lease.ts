@@ -250,7 +250,8 @@ export class LeaseImpl implements Lease {
         closable: true,
         secrets: [this.#token],
       });
-      if (r instanceof Error) throw r; // a single item rejects (Backend.extend); never counted as extended
+      // a single item rejects (Backend.extend), scrubbed as a whole call's error is; never counted as extended
+      if (r instanceof Error) throw calls.error(r, 'extend', [this.#token], this.key);
       ok = r;
     } catch (e) {
       this.#emitExtend(false, e);

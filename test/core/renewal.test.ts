@@ -1,0 +1,68 @@
+/**
+ * The keeper's renewals when calls fail one item at a time, on the memory backend
+ * behind wrappers that hold back chosen calls until the test lets them go (a slow connection, a
+ * driver with several connections): the core's scheduling only.
+ */
+import { afterEach, describe, expect, test } from 'vitest';
+import type { Backend, ExtendItem } from '../../src/backend.js';
+import { memory, MemoryStore } from '../../src/backends/memory/index.js';
+import { BackendError, createLocks, type Locks } from '../../src/index.js';
+import { collectEvents, findSecret } from '../support/secrets.js';
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+const open: Locks[] = [];
+const make = (backend: Backend, opts = {}) => {
+  const l = createLocks(backend, opts);
+  open.push(l);
+  return l;
+};
+afterEach(async () => {
+  await Promise.allSettled(open.splice(0).map((l) => l.close()));
+});
+
+/** The memory backend with `extend` replaced (the rest passes through). */
+function withExtend(store: MemoryStore, extend: (inner: Backend, items: readonly ExtendItem[]) => Promise<unknown[]>) {
+  const inner = memory({ store });
+  const backend: Backend = {
+    name: 'wrapped',
+    capabilities: inner.capabilities,
+    acquire: (k, r) => inner.acquire(k, r),
+    extend: (items) => extend(inner, items) as ReturnType<Backend['extend']>,
+    release: (k, t) => inner.release(k, t),
+    inspect: (k) => inner.inspect(k),
+    close: () => inner.close(),
+  };
+  return backend;
+}
+
+describe('one item of a renewal fails', () => {
+  test('its error is scrubbed of the token before it is published, as a whole call’s is', async () => {
+    const store = new MemoryStore();
+    let bad = '';
+    // the item of lease `a` comes back as a client error that quotes its token (as ioredis' does)
+    const backend = withExtend(store, async (inner, items) => {
+      const res = await inner.extend(items);
+      return res.map((r, i) =>
+        items[i]!.token === bad
+          ? Object.assign(new Error(`TRYAGAIN for ${bad}`), { command: { args: [items[i]!.key, bad] } })
+          : r,
+      );
+    });
+    const locks = make(backend, { ttl: 300 });
+    const a = await locks.acquire('a');
+    const c = await locks.acquire('c');
+    bad = a.token;
+    const events = collectEvents();
+    try {
+      await sleep(250); // a couple of renewals, each failing for `a`
+      const thrown = await a.extend().catch((e: unknown) => e);
+      expect(thrown).toBeInstanceOf(BackendError);
+      const failed = events.messages.filter((m) => (m as { error?: unknown }).error !== undefined);
+      expect(failed.length).toBeGreaterThan(1);
+      expect(findSecret([failed, thrown], [a.token])).toBeNull();
+      expect(c.held).toBe(true);
+    } finally {
+      events.stop();
+    }
+  });
+});
