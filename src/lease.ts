@@ -300,6 +300,7 @@ export class LeaseImpl implements Lease {
   }
 
   async release(): Promise<boolean> {
+    this.#checkExpiry(); // one that ran out during a stall is lost (LeaseLostError), not released
     if (this.#state !== 'held') return false;
     this.#state = 'released';
     this.#host.untrack(this);

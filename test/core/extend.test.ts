@@ -133,6 +133,31 @@ describe('extend() to a shorter ttl', () => {
   });
 });
 
+describe('a lease that ran out during a stall (no timer ran)', () => {
+  const block = (ms: number) => {
+    const end = performance.now() + ms;
+    while (performance.now() < end); // a paused process
+  };
+
+  test('release() and extend() see it lost first: the signal says LeaseLostError, extend() throws it', async () => {
+    const store = new MemoryStore();
+    const locks = make(memory({ store }), { ttl: 100, renew: false });
+    const other = make(memory({ store }), { ttl: '10s' });
+    const a = await locks.acquire('k');
+    const signal = a.signal;
+    block(200);
+    const b = await other.acquire('k', { wait: 0 });
+    expect(await a.release()).toBe(false);
+    expect(signal.reason).toBeInstanceOf(LeaseLostError);
+    await expect(a.extend()).rejects.toBe(signal.reason);
+    const a2 = await locks.acquire('k2');
+    block(200);
+    await other.acquire('k2', { wait: 0 });
+    await expect(a2.extend('5s')).rejects.toBeInstanceOf(LeaseLostError);
+    expect(b.held).toBe(true);
+  });
+});
+
 describe('an extend() whose answer is lost (an error, not a refusal)', () => {
   /** The memory backend, but an extend with a TTL in `fail` is applied and then answered with an error. */
   function lostAnswers(fail: number) {
