@@ -7,7 +7,10 @@
  * A hung client cannot hold renewal up: a lease is marked lost at its deadline even while its
  * renewal is still in flight (the timer fires at the deadline of every lease, renewing or not),
  * and at most one renewal call is in flight per Locks: the next is sent when it settles, or once
- * it is given up after `opTimeout` — so calls never pile up on a client that stopped answering.
+ * it is given up — after `opTimeout`, or once the last validity among its leases has passed if
+ * that is sooner (then none of them can be renewed by it any more, and leases not in it, such as
+ * those acquired since, are renewed by the next) — so calls never pile up on a client that
+ * stopped answering, and one hung call does not cost leases it does not carry.
  */
 import type { Backend } from './backend.js';
 import type { Calls } from './calls.js';
@@ -246,6 +249,11 @@ export class Keeper {
     const items = due.map((l) => ({ key: l.fullKey, token: l.token, ttlMs: l.ttlMs }));
     const seqs = due.map((l) => l.sending());
     const sentAt = now();
+    // bounded by opTimeout, and never past the last validity among its leases: an answer after that
+    // renews nothing, and the leases renewed after it (acquired since) must not wait for it
+    let last = -Infinity;
+    for (const l of due) last = Math.max(last, l.expiresAt);
+    const ms = Math.min(this.calls.opTimeoutMs, Math.max(1, Math.ceil(last - sentAt) + 1));
     const name = this.backend.name;
     // false if the lease is no longer part of this call (it joined a later one)
     const done = (l: LeaseImpl) => {
@@ -261,6 +269,7 @@ export class Keeper {
     };
     this.calls
       .run('renewal', () => this.backend.extend(items), {
+        ms,
         secrets: due.map((l) => l.token),
       })
       .then(

@@ -1,12 +1,12 @@
 /**
- * The keeper's renewals when calls fail one item at a time, on the memory backend
+ * The keeper's renewals when calls hang or fail one item at a time, on the memory backend
  * behind wrappers that hold back chosen calls until the test lets them go (a slow connection, a
  * driver with several connections): the core's scheduling only.
  */
 import { afterEach, describe, expect, test } from 'vitest';
 import type { Backend, ExtendItem } from '../../src/backend.js';
 import { memory, MemoryStore } from '../../src/backends/memory/index.js';
-import { BackendError, createLocks, type Locks } from '../../src/index.js';
+import { BackendError, createLocks, LeaseLostError, type Locks } from '../../src/index.js';
 import { collectEvents, findSecret } from '../support/secrets.js';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -34,6 +34,23 @@ function withExtend(store: MemoryStore, extend: (inner: Backend, items: readonly
   };
   return backend;
 }
+
+describe('a renewal call that never answers', () => {
+  test('is given up at its leases’ validity (shorter than opTimeout): a lease acquired since is renewed', async () => {
+    const store = new MemoryStore();
+    let calls = 0;
+    const backend = withExtend(store, (inner, items) => (++calls === 1 ? new Promise(() => {}) : inner.extend(items)));
+    const locks = make(backend, { ttl: 600, opTimeout: '2s' });
+    const a = await locks.acquire('a');
+    await new Promise((r) => a.signal.addEventListener('abort', r, { once: true })); // its renewal hangs
+    expect(a.signal.reason).toBeInstanceOf(LeaseLostError);
+    const c = await locks.acquire('c'); // the client answers again
+    await sleep(1500); // 2.5 of c's ttl: it lives only if it was renewed
+    expect(c.held).toBe(true);
+    expect(calls).toBeGreaterThan(2);
+    expect((await locks.inspect('c'))?.fence).toBe(c.fence);
+  });
+});
 
 describe('one item of a renewal fails', () => {
   test('its error is scrubbed of the token before it is published, as a whole call’s is', async () => {
