@@ -160,7 +160,7 @@ export class Keeper {
     const due: LeaseImpl[] = [];
     for (const l of [...this.leases]) {
       if (t >= l.expiresAt) {
-        l.lose(l.renew ? 'it expired before a renewal succeeded' : 'its TTL ran out (renew is off)');
+        l.lose(l.expiredReason());
       } else if (this.busy === null && this.mayRenew(l) && l.nextRenewAt - l.renewInterval / 2 <= t) {
         due.push(l);
       }
@@ -245,10 +245,10 @@ export class Keeper {
     const id = ++this.seq;
     this.busy = id;
     for (const l of due) l.renewCall = id;
-    // each lease's TTL as sent, and the call's place in its order of sends (see LeaseImpl.renewed)
+    // each lease's TTL as sent, and the call's place in its order of sends (see LeaseImpl.sending)
     const items = due.map((l) => ({ key: l.fullKey, token: l.token, ttlMs: l.ttlMs }));
-    const seqs = due.map((l) => l.sending());
     const sentAt = now();
+    const seqs = due.map((l) => l.sending(sentAt, l.ttlMs).seq);
     // bounded by opTimeout, and never past the last validity among its leases: an answer after that
     // renews nothing, and the leases renewed after it (acquired since) must not wait for it
     let last = -Infinity;
@@ -276,16 +276,19 @@ export class Keeper {
         (results) => {
           const t = now();
           due.forEach((l, i) => {
-            done(l);
+            const mine = done(l);
             const r = results[i];
             // this item failed while others of the call went through (Backend.extend): its error
             // is scrubbed as a whole call's is (a client's error may quote the token)
-            if (r instanceof Error) return retry(l, this.calls.error(r, 'renewal', [l.token], l.key), t);
+            if (r instanceof Error) {
+              if (mine) retry(l, this.calls.error(r, 'renewal', [l.token], l.key), t);
+              return;
+            }
             const ok = r === true;
             if (channels.extend.hasSubscribers) {
               emit(channels.extend, { backend: name, key: l.key, fence: l.fence, ok, batch: due.length });
             }
-            if (ok) l.renewed(sentAt, items[i]!.ttlMs, seqs[i]!);
+            if (ok) l.renewed(seqs[i]!, items[i]!.ttlMs, sentAt);
             else l.lose('renewal refused by the backend (expired, deleted or taken over)');
           });
         },

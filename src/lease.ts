@@ -104,6 +104,8 @@ export class LeaseImpl implements Lease {
   /** The caller's extend() calls in flight: the keeper sends no renewal meanwhile. */
   #extending = 0;
   #lostError: LeaseLostError | null = null;
+  /** The ttl of an extend() in flight that shortened the expiry (0: none). */
+  #shortening = 0;
 
   /** Private (not an own property): a deep walk of a lease never reaches the Locks or its clients. */
   readonly #host: LeaseHost;
@@ -165,7 +167,14 @@ export class LeaseImpl implements Lease {
   }
   /** Marks a lease past its validity lost now (a paused process may read it before any timer ran). */
   #checkExpiry(): void {
-    if (this.#state === 'held' && now() >= this.expiresAt) this.lose('it expired before a renewal succeeded');
+    if (this.#state === 'held' && now() >= this.expiresAt) this.lose(this.expiredReason());
+  }
+  /** Why the lease is lost once its validity passed: an extension's own, when it shortened it. */
+  expiredReason(): string {
+    const t = this.#shortening;
+    if (t)
+      return `the extension to ${t}ms ran out before it was confirmed (${t - driftMs(t)}ms of validity after the drift allowance)`;
+    return this.renew ? 'it expired before a renewal succeeded' : 'its TTL ran out (renew is off)';
   }
   get signal(): AbortSignal {
     this.#checkExpiry();
@@ -197,9 +206,20 @@ export class LeaseImpl implements Lease {
     return this.#extending > 0;
   }
 
-  /** Numbers a call that sets the expiry (a renewal, an extend) as it is sent; see `renewed`. */
-  sending(): number {
-    return ++this.#sent;
+  /**
+   * A call setting the expiry to `ttlMs` (a renewal, an extend) is sent at `sentAt`: its number, for
+   * `renewed`. The server may apply it at once: if it leaves a sooner expiry than ours (a shorter
+   * ttl), the lease believes that now, before any answer, and is renewed before it (`lowered`).
+   */
+  sending(sentAt: number, ttlMs: number): { seq: number; lowered: boolean } {
+    const until = sentAt + ttlMs - driftMs(ttlMs);
+    const renewAt = sentAt + Math.max(1, Math.floor(ttlMs / 3));
+    const lowered = !this.group && until < this.#expiresAt;
+    if (lowered) {
+      this.#expiresAt = until;
+      this.nextRenewAt = Math.min(this.nextRenewAt, renewAt);
+    }
+    return { seq: ++this.#sent, lowered };
   }
 
   /**
@@ -207,7 +227,7 @@ export class LeaseImpl implements Lease {
    * with `ttlMs`, succeeded: it sets the expiry from its own send and TTL, unless a call sent after
    * it already did (the server applied that one last). False when it was ignored.
    */
-  renewed(sentAt: number, ttlMs: number, seq: number): boolean {
+  renewed(seq: number, ttlMs: number, sentAt: number): boolean {
     if (this.#state !== 'held' || seq <= this.#applied) return false;
     this.#applied = seq;
     this.ttlMs = ttlMs;
@@ -231,6 +251,7 @@ export class LeaseImpl implements Lease {
       await this.#extend(ttlMs);
     } finally {
       this.#extending--;
+      this.#shortening = 0;
       // renewals resume on the (possibly new) schedule, and the deadline timer follows the expiry
       if (this.#state === 'held') this.#host.rescheduled?.(this);
     }
@@ -238,11 +259,15 @@ export class LeaseImpl implements Lease {
 
   async #extend(ttlMs: number): Promise<void> {
     const { backend, calls } = this.#host;
-    const seq = this.sending();
     const sentAt = now();
+    const { seq, lowered } = this.sending(sentAt, ttlMs);
+    if (lowered) {
+      this.#shortening = ttlMs;
+      this.#host.rescheduled?.(this); // the deadline timer follows the sooner expiry now
+    }
     let ok: boolean | undefined;
     try {
-      // bounded by opTimeout, and never past the lease's own validity: then it is lost
+      // bounded by opTimeout, and never past the lease's own validity (as lowered): then it is lost
       const ms = Math.min(calls.opTimeoutMs, Math.max(1, Math.ceil(this.expiresAt - sentAt) + 1));
       const [r] = await calls.run('extend', () => backend.extend([{ key: this.fullKey, token: this.#token, ttlMs }]), {
         key: this.key,
@@ -254,8 +279,8 @@ export class LeaseImpl implements Lease {
       if (r instanceof Error) throw calls.error(r, 'extend', [this.#token], this.key);
       ok = r;
     } catch (e) {
+      // the server may have applied it: the expiry stays as `sending` left it (never later than its own)
       this.#emitExtend(false, e);
-      this.#unconfirmed(sentAt, ttlMs, seq);
       this.#checkExpiry();
       if (this.#lostError) throw this.#lostError;
       throw e;
@@ -276,21 +301,7 @@ export class LeaseImpl implements Lease {
     }
     if (this.#state !== 'held') throw this.#lostError ?? new LeaseLostError(this.key, 'released during extend');
     // an extend of ours sent after this one and already answered decided the expiry: kept
-    this.renewed(sentAt, ttlMs, seq);
-  }
-
-  /**
-   * An extend sent as `seq` failed without an answer (an error or a timeout, not a refusal): the
-   * server may still have applied it. If it did, the server's expiry is the extension's own, which
-   * is sooner than ours when its ttl is shorter; so the lease believes the sooner of the two and
-   * is renewed before it (unless a call sent after this one already decided the expiry).
-   */
-  #unconfirmed(sentAt: number, ttlMs: number, seq: number): void {
-    if (this.#state !== 'held' || seq <= this.#applied) return;
-    const until = sentAt + ttlMs - driftMs(ttlMs);
-    if (until >= this.#expiresAt) return;
-    this.expiresAt = until;
-    this.nextRenewAt = Math.min(this.nextRenewAt, sentAt + Math.max(1, Math.floor(ttlMs / 3)));
+    this.renewed(seq, ttlMs, sentAt);
   }
 
   #emitExtend(ok: boolean, error?: unknown): void {

@@ -207,15 +207,14 @@ describe('lease lifecycle', () => {
     expect(log).toEqual(['extend 3']); // the window is kept by the stored expiry, not released
   });
 
-  test('an extension confirmed after its own validity ran out rejects with LeaseLostError saying so', async () => {
+  test('an extension not confirmed within its own validity rejects with LeaseLostError saying so', async () => {
     // every call answers after 30 ms: an extend(10) has 8 ms of validity, over before the answer
     const locks = make(slow(memory(), 30), { ttl: '5s', renew: false });
     const lease = await locks.acquire('late-extend');
     const e = await lease.extend(10).catch((x: unknown) => x);
     expect(e).toBeInstanceOf(LeaseLostError);
-    expect((e as Error).message).toMatch(
-      /extension to 10ms ran out before it was confirmed \(answered after \d+ms; 8ms/,
-    );
+    // lost at the extension's own validity (8 ms), which the server applied at once, not at the answer
+    expect((e as Error).message).toMatch(/extension to 10ms ran out before it was confirmed \(8ms of validity/);
     expect(lease.held).toBe(false);
     expect(lease.signal.reason).toBe(e);
     // a ttl that outlasts the answer still extends

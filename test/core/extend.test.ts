@@ -133,6 +133,27 @@ describe('extend() to a shorter ttl', () => {
   });
 });
 
+describe('an extend() to a shorter ttl whose answer is late', () => {
+  test('the lease believes the shorter expiry from the send, and is lost at it: never held by two', async () => {
+    const r = replies();
+    const locks = make(r.backend, { ttl: '10s', opTimeout: '5s' });
+    const other = make(memory({ store: r.store }), { ttl: '10s' });
+    const lease = await locks.acquire('x');
+    r.hold(200);
+    const t0 = performance.now();
+    const ext = lease.extend(200).catch((e: unknown) => e); // applied at once; its answer waits
+    expect(lease.remaining()).toBeLessThanOrEqual(200);
+    expect(await aborted(lease.signal, 1000)).toBe('aborted');
+    expect(performance.now() - t0).toBeLessThan(400); // at the extension's own validity, not opTimeout
+    expect(lease.signal.reason).toBeInstanceOf(LeaseLostError);
+    expect(await ext).toBe(lease.signal.reason);
+    const got = await other.acquire('x', { wait: '1s' }); // the server dropped it
+    expect(lease.held).toBe(false);
+    r.letGo(200);
+    await got.release();
+  });
+});
+
 describe('a lease that ran out during a stall (no timer ran)', () => {
   const block = (ms: number) => {
     const end = performance.now() + ms;
