@@ -281,6 +281,7 @@ export class Keeper {
             // this item failed while others of the call went through (Backend.extend): its error
             // is scrubbed as a whole call's is (a client's error may quote the token)
             if (r instanceof Error) {
+              l.unanswered();
               if (mine) retry(l, this.calls.error(r, 'renewal', [l.token], l.key), t);
               return;
             }
@@ -288,13 +289,14 @@ export class Keeper {
             if (channels.extend.hasSubscribers) {
               emit(channels.extend, { backend: name, key: l.key, fence: l.fence, ok, batch: due.length });
             }
-            if (ok) l.renewed(seqs[i]!, items[i]!.ttlMs, sentAt);
+            if (ok) l.renewed(seqs[i]!, items[i]!.ttlMs);
             else l.lose('renewal refused by the backend (expired, deleted or taken over)');
           });
         },
         (error: unknown) => {
           const t = now();
           for (const l of due) {
+            l.unanswered();
             if (done(l)) retry(l, error, t);
           }
         },

@@ -96,11 +96,17 @@ export class LeaseImpl implements Lease {
   ttlMs: number;
   /**
    * Calls that set the lease's expiry on the server (renewals, extends), numbered in the order
-   * they were sent; `#applied` is the latest-sent one whose success decided our expiry. A call
-   * sent before it answers later with an expiry the server no longer has, and is ignored.
+   * they were sent; `#applied` is the latest-sent one that succeeded (its TTL is the lease's from
+   * then on). Calls in flight at the same time may be applied by the server in any order (a driver
+   * with several connections), and whichever is applied last sets the expiry: so from the first
+   * send until none is in flight, the lease believes the soonest expiry any of them can leave
+   * (`#soonest`), and is renewed before it (`#renewBy`).
    */
   #sent = 0;
   #applied = 0;
+  #inFlight = 0;
+  #soonest = Infinity;
+  #renewBy = Infinity;
   /** The caller's extend() calls in flight: the keeper sends no renewal meanwhile. */
   #extending = 0;
   #lostError: LeaseLostError | null = null;
@@ -212,8 +218,11 @@ export class LeaseImpl implements Lease {
    * ttl), the lease believes that now, before any answer, and is renewed before it (`lowered`).
    */
   sending(sentAt: number, ttlMs: number): { seq: number; lowered: boolean } {
+    if (this.#inFlight++ === 0) this.#soonest = this.#renewBy = Infinity;
     const until = sentAt + ttlMs - driftMs(ttlMs);
     const renewAt = sentAt + Math.max(1, Math.floor(ttlMs / 3));
+    this.#soonest = Math.min(this.#soonest, until);
+    this.#renewBy = Math.min(this.#renewBy, renewAt);
     const lowered = !this.group && until < this.#expiresAt;
     if (lowered) {
       this.#expiresAt = until;
@@ -223,17 +232,25 @@ export class LeaseImpl implements Lease {
   }
 
   /**
-   * A renewal or extend that was sent as number `seq` (of `sending()`), at monotonic time `sentAt`
-   * with `ttlMs`, succeeded: it sets the expiry from its own send and TTL, unless a call sent after
-   * it already did (the server applied that one last). False when it was ignored.
+   * The call sent as number `seq` (of `sending()`) with `ttlMs` succeeded: the server applied it.
+   * The lease's expiry is the soonest any call in flight with it can leave (see `#soonest`); the
+   * TTL is this call's unless one sent after it already succeeded. False if the lease is not held.
    */
-  renewed(seq: number, ttlMs: number, sentAt: number): boolean {
-    if (this.#state !== 'held' || seq <= this.#applied) return false;
-    this.#applied = seq;
-    this.ttlMs = ttlMs;
-    this.expiresAt = sentAt + ttlMs - driftMs(ttlMs);
-    this.nextRenewAt = sentAt + this.renewInterval;
+  renewed(seq: number, ttlMs: number): boolean {
+    this.#inFlight--;
+    if (this.#state !== 'held') return false;
+    if (seq > this.#applied) {
+      this.#applied = seq;
+      this.ttlMs = ttlMs;
+    }
+    this.#expiresAt = this.#soonest;
+    this.nextRenewAt = this.#renewBy;
     return true;
+  }
+
+  /** A call failed unanswered (an error, a timeout): it may have been applied; the expiry stays as `sending` left it. */
+  unanswered(): void {
+    this.#inFlight--;
   }
 
   async extend(ttl?: Duration): Promise<void> {
@@ -279,7 +296,7 @@ export class LeaseImpl implements Lease {
       if (r instanceof Error) throw calls.error(r, 'extend', [this.#token], this.key);
       ok = r;
     } catch (e) {
-      // the server may have applied it: the expiry stays as `sending` left it (never later than its own)
+      this.unanswered();
       this.#emitExtend(false, e);
       this.#checkExpiry();
       if (this.#lostError) throw this.#lostError;
@@ -299,9 +316,7 @@ export class LeaseImpl implements Lease {
       );
       throw this.#lostError ?? new LeaseLostError(this.key, 'released during extend');
     }
-    if (this.#state !== 'held') throw this.#lostError ?? new LeaseLostError(this.key, 'released during extend');
-    // an extend of ours sent after this one and already answered decided the expiry: kept
-    this.renewed(seq, ttlMs, sentAt);
+    if (!this.renewed(seq, ttlMs)) throw this.#lostError ?? new LeaseLostError(this.key, 'released during extend');
   }
 
   #emitExtend(ok: boolean, error?: unknown): void {

@@ -1,5 +1,5 @@
 /**
- * The keeper's renewals when calls hang or fail one item at a time, on the memory backend
+ * The keeper's renewals when calls overlap, hang or fail one item at a time, on the memory backend
  * behind wrappers that hold back chosen calls until the test lets them go (a slow connection, a
  * driver with several connections): the core's scheduling only.
  */
@@ -34,6 +34,38 @@ function withExtend(store: MemoryStore, extend: (inner: Backend, items: readonly
   };
   return backend;
 }
+
+describe('a renewal and an extend() in flight together', () => {
+  test('the renewal sent first is applied last: the lease believes its sooner expiry, and is renewed before it', async () => {
+    const store = new MemoryStore();
+    const gate: { go?: () => void } = {};
+    let renewalApplied = false;
+    // a keeper renewal (ttl 300) waits on its way to the server until the test lets it go
+    const backend = withExtend(store, async (inner, items) => {
+      if (items[0]!.ttlMs === 300 && !renewalApplied) {
+        await new Promise<void>((r) => (gate.go = r));
+        const res = await inner.extend(items);
+        renewalApplied = true;
+        return res;
+      }
+      return inner.extend(items);
+    });
+    const locks = make(backend, { ttl: 300 }); // renewed every 100 ms
+    const other = make(memory({ store }), { ttl: '10s' });
+    const lease = await locks.acquire('k');
+    while (!gate.go) await sleep(1); // the keeper's renewal was sent
+    await lease.extend('5s'); // sent after it, applied and answered first
+    // the server may yet apply the renewal (here it will): 300 ms from then, not 5 s
+    expect(lease.remaining()).toBeLessThanOrEqual(300);
+    gate.go();
+    while (!renewalApplied) await sleep(1);
+    await sleep(500); // past the 300 ms the late renewal left on the server
+    const got = await other.tryAcquire('k');
+    expect(got).toBeNull(); // the lease was renewed (on its 5 s ttl) before the server dropped it
+    expect(lease.held).toBe(true);
+    expect(lease.remaining()).toBeGreaterThan(4000);
+  });
+});
 
 describe('a renewal call that never answers', () => {
   test('is given up at its leases’ validity (shorter than opTimeout): a lease acquired since is renewed', async () => {
