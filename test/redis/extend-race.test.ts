@@ -6,7 +6,7 @@ import { randomUUID } from 'node:crypto';
 import { afterAll, afterEach, expect, test } from 'vitest';
 import type { Backend, ExtendItem } from '../../src/backend.js';
 import { redis } from '../../src/backends/redis/index.js';
-import { createLocks, type Locks } from '../../src/index.js';
+import { createLocks, LeaseLostError, type Locks } from '../../src/index.js';
 import { Clients } from '../support/redis.js';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -47,4 +47,28 @@ test('no renewal is sent while a longer extend() is in flight: the lease never b
   expect(lease.held).toBe(true);
   expect(lease.remaining()).toBeLessThanOrEqual(info!.remainingMs);
   expect(lease.remaining()).toBeGreaterThan(55_000);
+});
+
+test('an extend() to a shorter ttl whose reply is late: the lease is lost when Redis drops the key, never held by two', async () => {
+  const inner = redis(await clients.make('ioredis'));
+  let release: (() => void) | null = null;
+  const backend: Backend = Object.assign(Object.create(inner) as Backend, {
+    extend: async (items: readonly ExtendItem[]) => {
+      const r = await inner.extend(items); // applied by Redis now
+      if (items[0]!.ttlMs === 150) await new Promise<void>((go) => (release = go));
+      return r;
+    },
+  });
+  const locks = createLocks(backend, { prefix, ttl: '10s', opTimeout: '5s' });
+  const other = createLocks(redis(await clients.make('ioredis')), { prefix, ttl: '10s' });
+  open.push(locks, other);
+  const lease = await locks.acquire('short');
+  const ext = lease.extend(150).catch((e: unknown) => e);
+  expect(lease.remaining()).toBeLessThanOrEqual(150);
+  const second = await other.acquire('short', { wait: '2s' }); // once Redis dropped it
+  expect(lease.held).toBe(false);
+  expect(lease.signal.reason).toBeInstanceOf(LeaseLostError);
+  (release as (() => void) | null)?.();
+  expect(await ext).toBeInstanceOf(LeaseLostError);
+  await second.release();
 });
