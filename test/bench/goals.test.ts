@@ -1,0 +1,102 @@
+/**
+ * The bench's goal verdicts (bench/report/goals.ts) on hand-made results: which floor and which
+ * peers a verdict compares against.
+ */
+import { describe, expect, test } from 'vitest';
+import { goals } from '../../bench/report/goals.js';
+import type { Results } from '../../bench/report/types.js';
+import type { LatencyResult } from '../../bench/lib/measure.js';
+import { NAMES } from '../../bench/sections/uncontended.js';
+
+const summary = (p50: number) => ({ n: 100, mean: p50, p50, p90: p50, p99: p50, max: p50, min: p50 });
+/** one subject: `opsPerSec` and a p50 (ms) in each of 3 rounds */
+function lr(name: string, opsPerSec: number, p50 = 1000 / opsPerSec, errors = 0): LatencyResult {
+  return {
+    name,
+    lanes: 1,
+    ops: opsPerSec,
+    opsPerSec,
+    elapsedMs: 1000,
+    total: summary(p50),
+    acquire: summary(p50 / 2),
+    release: summary(p50 / 2),
+    errors,
+    rounds: {
+      p50: [p50, p50, p50],
+      acquireP50: [p50 / 2, p50 / 2, p50 / 2],
+      opsPerSec: [opsPerSec, opsPerSec, opsPerSec],
+    },
+  };
+}
+
+function results(parallel: LatencyResult[], sequential?: LatencyResult[]): Results {
+  return {
+    meta: {} as Results['meta'],
+    goals: [],
+    uncontended: {
+      port: 6379,
+      sequential: sequential ?? [
+        lr(NAMES.floor, 1000),
+        lr(NAMES.ours, 1000),
+        lr(NAMES.sesamecare, 900),
+        lr(NAMES.semaphore, 900),
+      ],
+      parallel,
+    },
+    errors: [],
+  };
+}
+const p1 = (r: Results) => goals(r).find((g) => g.id === 'P1')!;
+
+describe('P1 with 64 keys', () => {
+  test('is judged against the floor on a batching client: faster than the plain floor, slower than the batched one, is a miss', () => {
+    const g = p1(
+      results([
+        lr(NAMES.batchedFloor, 30_000),
+        lr(NAMES.floor, 20_000),
+        lr(NAMES.ours, 25_000),
+        lr(NAMES.sesamecare, 10_000),
+        lr(NAMES.semaphore, 10_000),
+      ]),
+    );
+    expect(g.measured).toContain("64 keys: 1.2× the batched floor's time per op");
+    expect(g.measured).toContain("64 keys vs the plain client's floor: 0.8×");
+    expect(g.met).toBe(false);
+  });
+
+  test('counts the peers on batching clients: a peer faster there is a miss', () => {
+    const g = p1(
+      results([
+        lr(NAMES.batchedFloor, 25_000),
+        lr(NAMES.floor, 20_000),
+        lr(NAMES.ours, 25_000),
+        lr(NAMES.sesamecare, 10_000),
+        lr(NAMES.semaphore, 10_000),
+        lr(NAMES.semaphoreBatched, 26_000),
+      ]),
+    );
+    expect(g.measured).toContain('0.962× with 64 keys');
+    expect(g.met).toBe(false);
+  });
+
+  test('met when at the batched floor and ahead of every peer on either client', () => {
+    const g = p1(
+      results([
+        lr(NAMES.batchedFloor, 25_000),
+        lr(NAMES.floor, 20_000),
+        lr(NAMES.ours, 25_000),
+        lr(NAMES.sesamecare, 10_000),
+        lr(NAMES.semaphore, 10_000),
+        lr(NAMES.sesamecareBatched, 20_000),
+        lr(NAMES.semaphoreBatched, 20_000),
+      ]),
+    );
+    expect(g.met).toBe(true);
+  });
+
+  test('an old run without the batched floor is judged against the plain one, and says so', () => {
+    const g = p1(results([lr(NAMES.floor, 20_000), lr(NAMES.ours, 25_000), lr(NAMES.semaphore, 10_000)]));
+    expect(g.measured).toContain('the plain floor (no batched floor in this run)');
+    expect(g.met).toBe(true);
+  });
+});
