@@ -16,7 +16,7 @@ import type { Ctx } from './lib/ctx.js';
 import { SOURCE_LABEL } from './lib/leasehold.js';
 import { installCleanup, ping, runCleanup } from './lib/procs.js';
 import { errText, now, within } from './lib/stats.js';
-import { goals } from './report/goals.js';
+import { goals, subjectErrors } from './report/goals.js';
 import { markdown } from './report/markdown.js';
 import { waitChart } from './report/svg.js';
 import type { Meta, Results } from './report/types.js';
@@ -244,6 +244,8 @@ async function main(): Promise<number> {
   for (const f of results.scale?.failures ?? []) results.errors.push({ section: `scale ${f.lib}`, error: f.error });
   for (const f of results.contended?.failures ?? [])
     results.errors.push({ section: `contended ${f.name}`, error: f.error });
+  // a subject's failed operations fail the run too (its verdicts are refused in goals())
+  results.errors.push(...subjectErrors(results));
   await purgePostgres(runId).catch(() => {});
 
   meta.durationMs = Math.round(now() - t0);

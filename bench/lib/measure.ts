@@ -6,6 +6,8 @@ export interface LatencyRaw {
   acquire: Samples;
   release: Samples;
   total: Samples;
+  /** how long each failed operation took, from its acquire's start to the failure */
+  failed: Samples;
   elapsedMs: number;
   errors: number;
   lastError?: string;
@@ -30,6 +32,9 @@ export interface LatencyResult {
   acquire: Summary;
   release: Summary;
   errors: number;
+  /** how long the failed operations took (start of acquire to the failure), when there were any:
+   * they are in no other figure, so a subject that fails fast cannot pass for a fast one unseen */
+  failed?: Summary;
   lastError?: string;
   /** the same, per interleaved round: paired ratios between subjects use these */
   rounds: RoundStats;
@@ -40,6 +45,7 @@ export function emptyRaw(): LatencyRaw {
     acquire: new Samples(),
     release: new Samples(),
     total: new Samples(),
+    failed: new Samples(),
     elapsedMs: 0,
     errors: 0,
     rounds: { p50: [], acquireP50: [], opsPerSec: [] },
@@ -77,6 +83,7 @@ export async function latencyLoop(subject: Subject, o: LoopOptions, into: Latenc
         into.release.push(t2 - t1);
         into.total.push(t2 - t0);
       } catch (e) {
+        into.failed.push(now() - t0);
         errors++;
         into.errors++;
         into.lastError = errText(e);
@@ -105,6 +112,7 @@ export function finish(name: string, lanes: number, raw: LatencyRaw): LatencyRes
       opsPerSec: raw.rounds.opsPerSec.map(Math.round),
     },
   };
+  if (raw.failed.length) r.failed = roundSummary(summarize(raw.failed.values()));
   if (raw.lastError) r.lastError = raw.lastError;
   return r;
 }

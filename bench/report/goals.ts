@@ -13,6 +13,22 @@ const notMeasured = (g: Omit<Goal, 'ratio' | 'met' | 'measured'>, why: string): 
   met: null,
 });
 
+interface Counted {
+  name: string;
+  errors: number;
+}
+/**
+ * A verdict over subjects that had errors is refused: not met, whatever the ratios say (a failed
+ * operation is in no latency figure and no ops/s), and the measured text names whose errors.
+ */
+function refuseOnErrors(goal: Goal, used: (Counted | undefined)[]): Goal {
+  const bad = [...new Set(used)].filter((s): s is Counted => s !== undefined && s.errors > 0);
+  if (bad.length === 0) return goal;
+  const errors = bad.reduce((n, s) => n + s.errors, 0);
+  const whose = bad.map((s) => `${s.name} ${s.errors}`).join(', ');
+  return { ...goal, met: false, errors, measured: `not met (errors: ${whose}); ${goal.measured}` };
+}
+
 /** Redis contended runs are named after their library; these are the peers. */
 export const PEER_LIBS = ['sesamecare', 'semaphore'] as const;
 /** A stalled node "does not move" the acquire latency: stalled p50 within this factor of healthy. */
@@ -54,15 +70,19 @@ function p1(r: Results): Goal {
       ? `; 64 keys vs the plain client's floor: ${x(pairedRatio(pf.rounds.opsPerSec, po.rounds.opsPerSec))} its time per op`
       : '');
   const floor64Name = pb ? 'the batched floor' : 'the plain floor (no batched floor in this run)';
-  return {
-    ...g,
-    ratio: round(seq),
-    measured:
-      `sequential p50 ${x(seq)} floor (pooled ${so.total.p50} vs ${sf.total.p50} ms); 64 keys: ${x(par)} ${floor64Name}'s ` +
-      `time per op (${po.opsPerSec} vs ${floor64.opsPerSec} ops/s); vs fastest peer: ${x(vsPeerSeq)} its ops/s sequential, ` +
-      `${x(vsPeerPar)} with 64 keys${extra}`,
-    met: seq <= 1.1 && par <= 1.1 && vsPeerSeq >= 1 && vsPeerPar >= 1,
-  };
+  const used = [sf, so, pf, pb, po, ...[NAMES.sesamecare, NAMES.semaphore].map((p) => by(u.sequential, p))];
+  return refuseOnErrors(
+    {
+      ...g,
+      ratio: round(seq),
+      measured:
+        `sequential p50 ${x(seq)} floor (pooled ${so.total.p50} vs ${sf.total.p50} ms); 64 keys: ${x(par)} ${floor64Name}'s ` +
+        `time per op (${po.opsPerSec} vs ${floor64.opsPerSec} ops/s); vs fastest peer: ${x(vsPeerSeq)} its ops/s sequential, ` +
+        `${x(vsPeerPar)} with 64 keys${extra}`,
+      met: seq <= 1.1 && par <= 1.1 && vsPeerSeq >= 1 && vsPeerPar >= 1,
+    },
+    [...used, ...parPeers.map((p) => by(u.parallel, p))],
+  );
 }
 
 function p2(r: Results): Goal {
@@ -79,14 +99,17 @@ function p2(r: Results): Goal {
   const fastest = Math.max(...peers.map((p) => p.handoffsPerSec));
   const lower = best.wait.p99 / ours.wait.p99;
   const rate = ours.handoffsPerSec / best.handoffsPerSec;
-  return {
-    ...g,
-    ratio: round(lower),
-    measured:
-      `p99 ${ours.wait.p99} ms vs ${best.name} ${best.wait.p99} ms: ${x(lower)} lower; handoffs/s ${ours.handoffsPerSec} ` +
-      `vs ${best.handoffsPerSec}: ${x(rate)} (fastest peer ${fastest}/s)`,
-    met: lower >= 10 && rate >= 1 && !ours.incomplete,
-  };
+  return refuseOnErrors(
+    {
+      ...g,
+      ratio: round(lower),
+      measured:
+        `p99 ${ours.wait.p99} ms vs ${best.name} ${best.wait.p99} ms: ${x(lower)} lower; handoffs/s ${ours.handoffsPerSec} ` +
+        `vs ${best.handoffsPerSec}: ${x(rate)} (fastest peer ${fastest}/s)`,
+      met: lower >= 10 && rate >= 1 && !ours.incomplete,
+    },
+    [ours, ...peers],
+  );
 }
 
 function p3(r: Results): Goal {
@@ -117,14 +140,17 @@ function p3(r: Results): Goal {
     stallOk = s < STALL_TOLERANCE && stalled.errors === 0;
     stall = `one node stalled: acquire p50 ${stalled.acquire.p50} vs ${healthy.acquire.p50} ms healthy (${x(s)}), p99 ${stalled.acquire.p99} ms, ${stalled.errors} errors`;
   }
-  return {
-    ...g,
-    ratio: round(ratio),
-    measured:
-      `5-node acquire p50 ${x(ratio)} single node (pooled ${five.acquire.p50} vs ${single.acquire.p50} ms; for scale, ` +
-      `${LIBS.sesamecare}'s one round to 5 nodes is ${x(peerRatio)} its single-node acquire here); ${stall}`,
-    met: ratio <= 2.3 && stallOk,
-  };
+  return refuseOnErrors(
+    {
+      ...g,
+      ratio: round(ratio),
+      measured:
+        `5-node acquire p50 ${x(ratio)} single node (pooled ${five.acquire.p50} vs ${single.acquire.p50} ms; for scale, ` +
+        `${LIBS.sesamecare}'s one round to 5 nodes is ${x(peerRatio)} its single-node acquire here); ${stall}`,
+      met: ratio <= 2.3 && stallOk,
+    },
+    [single, five, healthy, stalled],
+  );
 }
 
 function p4(r: Results): Goal {
@@ -157,12 +183,32 @@ function p5(r: Results): Goal {
   const ours = pg.sequential.find((s) => s.name.startsWith('leasehold'));
   if (!raw || !ours) return notMeasured(g, pg.error ?? 'run missing');
   const ratio = pairedRatio(ours.rounds.p50, raw.rounds.p50);
-  return {
-    ...g,
-    ratio: round(ratio),
-    measured: `p50 ${x(ratio)} raw (pooled ${ours.total.p50} vs ${raw.total.p50} ms; acquire ${ours.acquire.p50} vs ${raw.acquire.p50}, release ${ours.release.p50} vs ${raw.release.p50})`,
-    met: ratio <= 1.15,
+  return refuseOnErrors(
+    {
+      ...g,
+      ratio: round(ratio),
+      measured: `p50 ${x(ratio)} raw (pooled ${ours.total.p50} vs ${raw.total.p50} ms; acquire ${ours.acquire.p50} vs ${raw.acquire.p50}, release ${ours.release.p50} vs ${raw.release.p50})`,
+      met: ratio <= 1.15,
+    },
+    [raw, ours],
+  );
+}
+
+/** Every subject's errors, one entry each, for results.errors (and so the exit code). */
+export function subjectErrors(r: Results): { section: string; error: string }[] {
+  const out: { section: string; error: string }[] = [];
+  const add = (section: string, s: Counted & { lastError?: string }) => {
+    if (s.errors > 0)
+      out.push({ section: `${section} ${s.name}`, error: `${s.errors} errors; last: ${s.lastError ?? '?'}` });
   };
+  for (const s of [...(r.uncontended?.sequential ?? []), ...(r.uncontended?.parallel ?? [])]) add('uncontended', s);
+  for (const c of r.contended?.runs ?? []) add('contended', c);
+  for (const gr of r.redlock?.groups ?? []) for (const s of gr.results) add(`redlock ${gr.setup}:`, s);
+  for (const s of r.postgres?.sequential ?? []) add('postgres', s);
+  for (const s of r.zookeeper?.sequential ?? []) add('zookeeper', s);
+  for (const s of r.etcd?.sequential ?? []) add('etcd', s);
+  for (const c of r.etcd?.contended ?? []) add('etcd contended', c);
+  return out;
 }
 
 export function goals(r: Results): Goal[] {

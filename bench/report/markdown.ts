@@ -2,11 +2,12 @@
 import { pairedRatio, type LatencyResult } from '../lib/measure.js';
 import type { ContendedRun } from '../sections/contended.js';
 import { LEGACY_BATCHED_FLOOR, NAMES } from '../sections/uncontended.js';
-import type { Results } from './types.js';
+import type { Goal, Results } from './types.js';
 
 const row = (cells: (string | number)[]) => `| ${cells.join(' | ')} |`;
 const head = (cells: string[]) => [row(cells), row(cells.map(() => '---'))];
-const verdict = (met: boolean | null) => (met === null ? 'not measured' : met ? '**met**' : '**missed**');
+const verdict = (g: Goal) =>
+  g.errors ? `**not met (errors: ${g.errors})**` : g.met === null ? 'not measured' : g.met ? '**met**' : '**missed**';
 
 function latencyRows(rs: LatencyResult[], floor?: LatencyResult): string[] {
   return rs.map((s) =>
@@ -18,7 +19,7 @@ function latencyRows(rs: LatencyResult[], floor?: LatencyResult): string[] {
       s.acquire.p50,
       s.release.p50,
       floor ? `${pairedRatio(s.rounds.p50, floor.rounds.p50).toFixed(2)}×` : '',
-      s.errors,
+      s.failed ? `${s.errors} (failed after p50 ${s.failed.p50} ms, max ${s.failed.max} ms)` : s.errors,
     ]),
   );
 }
@@ -74,7 +75,7 @@ export function markdown(r: Results, chartFile: string): string {
   L.push('');
   L.push(...head(['Goal', 'Target', 'Ratio', 'Measured', 'Result']));
   for (const g of r.goals)
-    L.push(row([`${g.id} ${g.title}`, g.target, g.ratio === null ? '—' : `${g.ratio}`, g.measured, verdict(g.met)]));
+    L.push(row([`${g.id} ${g.title}`, g.target, g.ratio === null ? '—' : `${g.ratio}`, g.measured, verdict(g)]));
   L.push('');
   const lh = ['Library', 'ops/s', 'p50 ms', 'p99 ms', 'acquire p50', 'release p50', 'p50 vs floor (paired)', 'errors'];
   if (r.uncontended) {

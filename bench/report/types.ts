@@ -38,6 +38,8 @@ export interface Goal {
   measured: string;
   /** null: not measured (a backend not ready, a section failed) */
   met: boolean | null;
+  /** errors of the subjects the verdict compares (then met is false: the verdict is refused) */
+  errors?: number;
 }
 
 export interface Results {

@@ -3,7 +3,10 @@
  * peers a verdict compares against.
  */
 import { describe, expect, test } from 'vitest';
-import { goals } from '../../bench/report/goals.js';
+import { goals, subjectErrors } from '../../bench/report/goals.js';
+import { interleaved } from '../../bench/lib/measure.js';
+import { ioredis, quit } from '../../bench/lib/clients.js';
+import type { Subject } from '../../bench/lib/subjects.js';
 import type { Results } from '../../bench/report/types.js';
 import type { LatencyResult } from '../../bench/lib/measure.js';
 import { NAMES } from '../../bench/sections/uncontended.js';
@@ -98,5 +101,64 @@ describe('P1 with 64 keys', () => {
     const g = p1(results([lr(NAMES.floor, 20_000), lr(NAMES.ours, 25_000), lr(NAMES.semaphore, 10_000)]));
     expect(g.measured).toContain('the plain floor (no batched floor in this run)');
     expect(g.met).toBe(true);
+  });
+});
+
+describe('errors', () => {
+  const clean = () => [
+    lr(NAMES.batchedFloor, 25_000),
+    lr(NAMES.floor, 20_000),
+    lr(NAMES.ours, 25_000),
+    lr(NAMES.sesamecare, 10_000),
+    lr(NAMES.semaphore, 10_000),
+  ];
+
+  test('a verdict is refused when leasehold or a reference it is compared with had errors', () => {
+    expect(p1(results(clean())).met).toBe(true);
+    const oursFailed = clean().map((s) => (s.name === NAMES.ours ? { ...s, errors: 7 } : s));
+    const g = p1(results(oursFailed));
+    expect(g.met).toBe(false);
+    expect(g.errors).toBe(7);
+    expect(g.measured).toMatch(/^not met \(errors: leasehold \(ioredis\) 7\)/);
+    const floorFailed = clean().map((s) => (s.name === NAMES.batchedFloor ? { ...s, errors: 2 } : s));
+    expect(p1(results(floorFailed))).toMatchObject({ met: false, errors: 2 });
+  });
+
+  test('subjectErrors lists every subject with errors, so the run exits non-zero', () => {
+    const r = results(clean().map((s) => (s.name === NAMES.semaphore ? { ...s, errors: 3, lastError: 'boom' } : s)));
+    expect(subjectErrors(r)).toEqual([{ section: `uncontended ${NAMES.semaphore}`, error: '3 errors; last: boom' }]);
+  });
+
+  test("failed operations' latency is recorded (on a real Redis): a subject failing fast does not vanish", async () => {
+    const c = await ioredis(6379);
+    let n = 0;
+    // every other acquire fails after a real round trip to a script that errors
+    const flaky: Subject = {
+      name: 'flaky',
+      async acquire() {
+        if (n++ % 2) {
+          await c.eval("return redis.error_reply('refused')", 0);
+          throw new Error('unreachable');
+        }
+        await c.ping();
+        return { release: async () => {} };
+      },
+      close: async () => {},
+    };
+    try {
+      const [res] = await interleaved(
+        [flaky],
+        2,
+        () => ({ keys: ['k'], durationMs: 100, maxOps: 1e6 }),
+        0,
+        () => {},
+      );
+      expect(res!.errors).toBeGreaterThan(0);
+      expect(res!.failed?.n).toBe(res!.errors);
+      expect(res!.failed!.p50).toBeGreaterThan(0);
+      expect(res!.lastError).toContain('refused');
+    } finally {
+      await quit(c);
+    }
   });
 });
