@@ -22,7 +22,7 @@ import { waitChart } from './report/svg.js';
 import type { Meta, Results } from './report/types.js';
 import { contended, contendedOptions, type ContendedPlan } from './sections/contended.js';
 import { etcdReady, etcdSection } from './sections/etcd.js';
-import { postgresReady, postgresSection, purgePostgres } from './sections/postgres.js';
+import { CONTENDED_POOL_MAX, POOL_MAX, postgresReady, postgresSection, purgePostgres } from './sections/postgres.js';
 import { redlockSection, SHARED } from './sections/redlock.js';
 import { scale } from './sections/scale.js';
 import { uncontended } from './sections/uncontended.js';
@@ -165,6 +165,7 @@ async function main(): Promise<number> {
         'leasehold sqlite(): a temporary database file per run, WAL, synchronous NORMAL, pollInterval 20 ms (the queue head polls every 1 ms); raw SQLite: BEGIN IMMEDIATE held for the critical section, busy_timeout 5 s',
       'raw floor':
         'ioredis SET key token NX PX ttl + EVALSHA compare-and-delete (2 round trips); Postgres: pg_try_advisory_lock / pg_advisory_unlock on one pg.Client',
+      postgres: `leasehold postgres(pool): a pg Pool of ${POOL_MAX} sequentially, of ${CONTENDED_POOL_MAX} in each contended worker process; raw floor: one pg.Client`,
       etcd: 'leasehold etcd(client): one etcd3 client per process, leaseTtl 10 s; raw floor: etcd3 kv.put + kv.deleteRange of one key (2 round trips, 2 raft commits)',
       contended: `${co.workers} forked processes (tsx), each its own connection; ${co.grants} grants in total (an equal share per process), critical section = setTimeout(${co.csMs})`,
     },

@@ -10,6 +10,7 @@ import { etcd, redis, redlockModule, sqlite } from './lib/leasehold.js';
 import { etcdClient, ioredis, loadPostgres, pgClient, pgPool, quit } from './lib/clients.js';
 import { startProfile } from './lib/profile.js';
 import { SHARED } from './sections/redlock.js';
+import { CONTENDED_POOL_MAX } from './sections/postgres.js';
 import { epochNow, errText, now, sleep } from './lib/stats.js';
 import {
   BudgetSpent,
@@ -175,7 +176,7 @@ async function setup(s: WorkerSpec): Promise<void> {
     case 'leasehold-pg': {
       const opt = await loadPostgres();
       if (!opt.ready) throw new Error(opt.reason);
-      const pool = pgPool(4);
+      const pool = pgPool(CONTENDED_POOL_MAX);
       closers.push(() => pool.end());
       subject = leaseholdSubject('leasehold-pg', opt.factory(pool), times);
       break;

@@ -107,7 +107,8 @@ export function markdown(r: Results, chartFile: string): string {
   }
   if (r.contended) {
     const o = r.contended.options;
-    const redisRuns = r.contended.runs.filter((c) => !c.lib.includes('pg'));
+    // Postgres and ZooKeeper rows have their own sections (5 and 6)
+    const redisRuns = r.contended.runs.filter((c) => !c.lib.includes('pg') && !c.lib.includes('zk'));
     L.push(
       `## 2. Contended handoff: ${o.workers} processes, one key, ${o.csMs} ms critical section, ${o.grants} grants` +
         (o.warmGrants ? ` (after a discarded warm-up round of ${o.warmGrants})` : ''),

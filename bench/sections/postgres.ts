@@ -22,6 +22,8 @@ export interface PostgresSection {
 }
 
 export const POOL_MAX = 2;
+/** pool size given to leasehold in each contended worker process (bench/worker.ts) */
+export const CONTENDED_POOL_MAX = 4;
 const times = { ttlMs: 30_000, waitMs: 5_000 };
 
 /** Loads and probes the Postgres backend once; the contended section reuses the verdict. */
