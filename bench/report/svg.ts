@@ -5,7 +5,27 @@
  */
 import type { ContendedRun } from '../sections/contended.js';
 
-const COLORS = ['#1b7837', '#d6604d', '#4393c3', '#762a83', '#e08214', '#35978f', '#8c510a'];
+// 12 colours (a full run draws 11 lines), then the same colours dashed: no two lines look alike
+const COLORS = [
+  '#1b7837',
+  '#d6604d',
+  '#4393c3',
+  '#762a83',
+  '#e08214',
+  '#35978f',
+  '#8c510a',
+  '#e7298a',
+  '#000000',
+  '#a6761d',
+  '#7f7f7f',
+  '#1f3a93',
+];
+const DASHES = ['', '6 3', '2 3', '8 3 2 3'];
+/** The stroke of line `i`: distinct for the first COLORS.length × DASHES.length lines. */
+export function lineStyle(i: number): { color: string; dash: string } {
+  return { color: COLORS[i % COLORS.length]!, dash: DASHES[Math.floor(i / COLORS.length) % DASHES.length]! };
+}
+const dashAttr = (dash: string) => (dash ? ` stroke-dasharray="${dash}"` : '');
 const esc = (s: string) => s.replace(/&/g, '&amp;').replace(/</g, '&lt;').replace(/>/g, '&gt;');
 const fmt = (v: number) => (v >= 100 ? v.toFixed(0) : v >= 10 ? v.toFixed(1) : v >= 1 ? v.toFixed(2) : v.toFixed(3));
 
@@ -49,7 +69,7 @@ export function waitChart(runs: ContendedRun[], subtitle: string): string {
     `<text x="${m.l + pw / 2}" y="${m.t + ph + 34}" text-anchor="middle" fill="#333">x = wait from calling acquire until granted (ms, log scale); y = share of acquires above x (log scale)</text>`,
   );
   runs.forEach((r, i) => {
-    const color = COLORS[i % COLORS.length]!;
+    const { color, dash } = lineStyle(i);
     // a step down at each quantile; the max sits at one acquire in n
     const pts: string[] = [];
     let prevShare = 1;
@@ -59,9 +79,11 @@ export function waitChart(runs: ContendedRun[], subtitle: string): string {
       pts.push(`${x(v).toFixed(1)},${y(prevShare).toFixed(1)}`, `${x(v).toFixed(1)},${y(share).toFixed(1)}`);
       prevShare = share;
     }
-    out.push(`<polyline fill="none" stroke="${color}" stroke-width="2" points="${pts.join(' ')}"/>`);
+    out.push(`<polyline fill="none" stroke="${color}"${dashAttr(dash)} stroke-width="2" points="${pts.join(' ')}"/>`);
     const ly = m.t + ph + 60 + i * 17;
-    out.push(`<line x1="${m.l}" y1="${ly - 4}" x2="${m.l + 22}" y2="${ly - 4}" stroke="${color}" stroke-width="3"/>`);
+    out.push(
+      `<line x1="${m.l}" y1="${ly - 4}" x2="${m.l + 22}" y2="${ly - 4}" stroke="${color}"${dashAttr(dash)} stroke-width="3"/>`,
+    );
     out.push(
       `<text x="${m.l + 30}" y="${ly}" fill="#222">${esc(r.name)} (${esc(r.config)}): p50 ${fmt(r.wait.p50)} ms, p99 ${fmt(r.wait.p99)} ms, max ${fmt(r.wait.max)} ms; ${r.handoffsPerSec} handoffs/s</text>`,
     );
