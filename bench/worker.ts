@@ -230,6 +230,7 @@ async function go(): Promise<WorkerResult> {
     } catch (e) {
       if (e instanceof BudgetSpent || now() - t0 > s.deadlineMs) {
         incomplete = true; // gave up at the deadline: not an error of the library
+        lastError = errText(e instanceof BudgetSpent ? e.cause : e); // but say what it saw last
         break;
       }
       errors++;
