@@ -3,6 +3,7 @@ import { LIBS } from '../sections/redlock.js';
 import { LEGACY_BATCHED_FLOOR, NAMES } from '../sections/uncontended.js';
 import { pairedRatio } from '../lib/measure.js';
 import { round } from '../lib/stats.js';
+import { pct, tailOf } from './tail.js';
 import type { Goal, Results } from './types.js';
 
 const x = (v: number) => `${round(v)}×`;
@@ -99,13 +100,23 @@ function p2(r: Results): Goal {
   const fastest = Math.max(...peers.map((p) => p.handoffsPerSec));
   const lower = best.wait.p99 / ours.wait.p99;
   const rate = ours.handoffsPerSec / best.handoffsPerSec;
+  // beside p99 (which for a poller sits at the knee of its tail and swings between runs): each
+  // row's p99.9 and share of waits over 50 ms, and the max against the peer with the lowest max
+  const tails = [ours, ...peers]
+    .map((p) => {
+      const t = tailOf(p);
+      return `${p.name} p99.9 ${t.p999} ms, ${pct(t)} over 50 ms`;
+    })
+    .join('; ');
+  const lowMax = peers.reduce((a, b) => (b.wait.max < a.wait.max ? b : a));
   return refuseOnErrors(
     {
       ...g,
       ratio: round(lower),
       measured:
         `p99 ${ours.wait.p99} ms vs ${best.name} ${best.wait.p99} ms: ${x(lower)} lower; handoffs/s ${ours.handoffsPerSec} ` +
-        `vs ${best.handoffsPerSec}: ${x(rate)} (fastest peer ${fastest}/s)`,
+        `vs ${best.handoffsPerSec}: ${x(rate)} (fastest peer ${fastest}/s); max ${ours.wait.max} ms vs the lowest peer max ` +
+        `(${lowMax.name}) ${lowMax.wait.max} ms: ${x(ours.wait.max / lowMax.wait.max)}; tails: ${tails}`,
       met: lower >= 10 && rate >= 1 && !ours.incomplete,
     },
     [ours, ...peers],

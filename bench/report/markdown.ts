@@ -2,6 +2,7 @@
 import { pairedRatio, type LatencyResult } from '../lib/measure.js';
 import type { ContendedRun } from '../sections/contended.js';
 import { LEGACY_BATCHED_FLOOR, NAMES } from '../sections/uncontended.js';
+import { pct, tailOf } from './tail.js';
 import type { Goal, Results } from './types.js';
 
 const row = (cells: (string | number)[]) => `| ${cells.join(' | ')} |`;
@@ -33,6 +34,8 @@ function contendedRows(runs: ContendedRun[]): string[] {
       'Release → next grant p50 / p99 ms',
       'Wait p50 ms',
       'p99 ms',
+      'p99.9 ms',
+      'waits > 50 ms',
       'max ms',
       'Holder switches',
       'Commands per grant',
@@ -47,6 +50,8 @@ function contendedRows(runs: ContendedRun[]): string[] {
         c.handoff ? `${c.handoff.p50} / ${c.handoff.p99}` : '–',
         c.wait.p50,
         c.wait.p99,
+        tailOf(c).p999,
+        pct(tailOf(c)),
         c.wait.max,
         `${Math.round(c.switchRatio * 100)} %`,
         c.commandsPerGrant ?? '–',

@@ -48,6 +48,8 @@ export interface ContendedRun {
   lastError?: string;
   /** [quantile, wait ms] at 0, 0.005, …, 0.99, 0.992, …, 0.999 and 1 (max): the distribution the chart draws */
   cdf: [number, number][];
+  /** share of waits longer than 50 ms (0..1); absent before 2026-12-05 (bench/report/tail.ts estimates it from cdf) */
+  over50ms?: number;
 }
 
 export interface ContendedPlan {
@@ -163,6 +165,7 @@ function aggregate(plan: ContendedPlan, results: WorkerResult[]): ContendedRun {
     errors: results.reduce((s, r) => s + r.errors, 0),
     incomplete: results.some((r) => r.incomplete),
     cdf,
+    over50ms: round(waits.length ? waits.filter((w) => w > 50).length / waits.length : 0),
   };
   if (errored?.lastError) run.lastError = errored.lastError;
   return run;
