@@ -4,7 +4,7 @@
  * acquire → release → acquire, no critical section (or `--cs <ms>`). Every grant is a hand-over
  * from one waiter to the queue's head. Measured after a warm-up of as many grants (the code is
  * JIT-compiled, as in a service that has run for hours): grants/s and this process's CPU per grant
- * (process.cpuUsage: user + system), and Redis scripts per grant (INFO commandstats).
+ * (process.cpuUsage: user + system), and Redis scripts per grant (EVALSHA and EVAL sent by its own clients, counted client-side).
  *
  * The floor: the same W in a ring, each on its own pair of connections, passing a turn with
  * `RPUSH` to the next one's `BLPOP` (no lock at all: the least a fair hand-over can cost).
@@ -18,6 +18,7 @@
 import { resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { Redis } from 'ioredis';
+import { countCommands } from './lib/clients.js';
 
 const args = process.argv.slice(2);
 const opt = (name: string, dflt: number) => {
@@ -46,6 +47,8 @@ async function leaseholdRow(dist: string): Promise<Row> {
     name: `leasehold (${dist.split('/').slice(-2).join('/')})`,
     async run(key, granted, stop) {
       const clients = Array.from({ length: W }, () => new Redis({ port: PORT }));
+      // scripts counted on our clients: the shared server's INFO commandstats counts everyone's
+      for (const c of clients) scriptCounters.push(countCommands(c, ['evalsha', 'eval']));
       const all = clients.map((c) => createLocks(redis(c), { ttl: 5_000, wait: 30_000 }));
       // each subscribes its channel and loads the scripts before the round
       await Promise.all(all.map(async (l, i) => (await l.acquire(`${key}:warm:${i}`)).release()));
@@ -89,10 +92,8 @@ const floorRow: Row = {
   },
 };
 
-async function scripts(admin: Redis): Promise<number> {
-  const m = /cmdstat_evalsha:calls=(\d+)/.exec(await admin.info('commandstats'));
-  return m ? Number(m[1]) : 0;
-}
+const scriptCounters: { readonly count: number }[] = [];
+const scripts = () => scriptCounters.reduce((n, c) => n + c.count, 0);
 
 async function measure(row: Row, admin: Redis, round: number, index: number) {
   // a key per row and round: a row's leftover queue places never delay the next row's start
@@ -109,9 +110,9 @@ async function measure(row: Row, admin: Redis, round: number, index: number) {
       const t = setInterval(() => grants >= n && (clearInterval(t), r()), 2);
     });
   await reach(N); // warm-up: as many grants as the measured window
-  const [g0, s0, c0, t0] = [grants, await scripts(admin), process.cpuUsage(), performance.now()];
+  const [g0, s0, c0, t0] = [grants, scripts(), process.cpuUsage(), performance.now()];
   await reach(g0 + N);
-  const [g1, s1, c, t1] = [grants, await scripts(admin), process.cpuUsage(c0), performance.now()];
+  const [g1, s1, c, t1] = [grants, scripts(), process.cpuUsage(c0), performance.now()];
   stopped = true;
   await finish();
   await admin.del(key, ...Array.from({ length: W }, (_, i) => `${key}:turn:${i}`));

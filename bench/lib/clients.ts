@@ -137,3 +137,17 @@ export async function purge(c: Redis, marker: string): Promise<number> {
   } while (cursor !== '0');
   return n;
 }
+
+/**
+ * Counts the commands `c` sends (every one, or those `which` names, lower-case: 'evalsha', …),
+ * on the client side: a shared server's INFO commandstats would count other clients' too.
+ */
+export function countCommands(c: Redis, which?: readonly string[]): { readonly count: number } {
+  const counter = { count: 0 };
+  const send = c.sendCommand.bind(c);
+  c.sendCommand = ((...a: Parameters<typeof send>) => {
+    if (!which || which.includes(String(a[0]?.name).toLowerCase())) counter.count++;
+    return send(...a);
+  }) as typeof c.sendCommand;
+  return counter;
+}
