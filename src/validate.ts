@@ -44,11 +44,21 @@ export function checkString(v: unknown, what: string, maxBytes: number, allowEmp
   return v;
 }
 
-/** Rejects anything but a plain object (or undefined) and any option name not in `allowed`. */
+/**
+ * Rejects anything but a plain object (its prototype `Object.prototype` or null) or undefined, and
+ * any option name not in `allowed`. A Map, a Date or a class instance is refused: its entries or
+ * fields are not its own enumerable properties, so `new Map([['ttl', 5]])` would be read as `{}`.
+ */
 export function checkOptions<T extends object>(opts: unknown, allowed: readonly string[], where: string): Partial<T> {
   if (opts === undefined) return {};
   if (opts === null || typeof opts !== 'object' || Array.isArray(opts))
     throw new InvalidArgumentError(`${where}: options must be an object`);
+  const proto: unknown = Object.getPrototypeOf(opts);
+  if (proto !== Object.prototype && proto !== null) {
+    const name = (opts as { constructor?: { name?: unknown } }).constructor?.name;
+    const got = typeof name === 'string' && name !== '' ? `a ${name}` : 'an object with another prototype';
+    throw new InvalidArgumentError(`${where}: options must be a plain object ({ … }), got ${got}`);
+  }
   for (const name of Object.keys(opts)) {
     if (!allowed.includes(name)) {
       throw new InvalidArgumentError(`${where}: unknown option "${name}" (known: ${allowed.join(', ')})`);
