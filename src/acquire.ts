@@ -85,7 +85,10 @@ export class Acquirer {
     this.kicks.get(fullKey)?.abort(KICKED);
   }
 
-  /** One acquire attempt, bounded; a late grant is released, a late refusal leaves the queue. */
+  /**
+   * One acquire attempt, bounded. Given up on its way, it is given back once it settles (not before
+   * it reached the server): a late grant is released, a late refusal leaves the queue, a late error both.
+   */
   private attempt(
     p: Parsed,
     token: string,
@@ -102,6 +105,7 @@ export class Acquirer {
       if (g) return this.giveBack(p, token);
       if (queue && backend.leave) return this.leave(p, token);
     };
+    o.lateError = () => this.abandon(p, token, queue);
     return calls.run(
       'acquire',
       () => backend.acquire(p.fullKey, { token, ttlMs: p.ttlMs, queue, value: p.value, renew: p.renew }),
@@ -160,9 +164,9 @@ export class Acquirer {
     return calls.run('release', () => backend.release(p.fullKey, token), { key: p.key }).catch(() => false);
   }
 
-  /** Leaves the queue, then releases: what a failed attempt may have left under `token`. */
-  private async abandon(p: Parsed, token: string): Promise<void> {
-    if (this.host.backend.leave) await this.leave(p, token);
+  /** Leaves the queue (unless it never queued), then releases: what a failed attempt may have left. */
+  private async abandon(p: Parsed, token: string, queued = true): Promise<void> {
+    if (queued && this.host.backend.leave) await this.leave(p, token);
     await this.giveBack(p, token);
   }
 
@@ -263,6 +267,7 @@ export class Acquirer {
     /** Tokens of attempts that failed with a BackendError, not yet given back. */
     let stale: string[] | null = null;
     let warned = false;
+    let inFlight = false; // an attempt under `token` is on its way
     if (failure) {
       // the fast path's attempt failed
       warned = this.warnFailing(p, failure);
@@ -299,14 +304,10 @@ export class Acquirer {
             return lease;
           }
           // bounded by the caller's signal, the deadline and close() (all three in `all`)
-          const g = await this.attemptOrFailure(
-            p,
-            token,
-            true,
-            Math.min(calls.opTimeoutMs, this.validity(p)),
-            all.signal,
-            false,
-          );
+          const ms = Math.min(calls.opTimeoutMs, this.validity(p));
+          inFlight = true;
+          const g = await this.attemptOrFailure(p, token, true, ms, all.signal, false);
+          inFlight = false;
           if (g === null || !retryable(g)) {
             if (g !== null) {
               const lease = this.granted(p, token, g, sentAt, started, attempt);
@@ -331,7 +332,10 @@ export class Acquirer {
       }
     } catch (e) {
       outcome = e instanceof LockTimeoutError ? 'timeout' : all.signal.aborted ? 'aborted' : 'error';
-      if (queued && backend.leave) void this.leave(p, token);
+      // our place in the queue, unless an attempt was abandoned on its way: it may reach the server
+      // after a leave sent now, so it leaves (and releases) once it settled (`attempt`)
+      const abandoned = inFlight && all.signal.aborted && e === all.signal.reason;
+      if (queued && backend.leave && !abandoned) void this.leave(p, token);
       // tokens of failed attempts not given back yet: in the background (tracked: close() waits)
       if (stale !== null) for (const t of stale) this.abandonLater(p, t);
       throw e instanceof LockTimeoutError && failure ? new LockTimeoutError(p.key, e.waitedMs, { cause: failure }) : e;

@@ -4,7 +4,8 @@
  * (the caller's signal, a `wait` deadline, `close()`), even when the client behind it never
  * answers (ioredis with Redis dead, `maxRetriesPerRequest: null`, a frozen proxy). The backend's
  * own promise is kept in a set until it really settles, so `close()` can wait for it (bounded)
- * and give back what it got; a grant that arrives after its caller gave up is released.
+ * and give back what it got; a grant that arrives after its caller gave up is released, and so is
+ * whatever an attempt whose error arrives after its caller gave up may have left on the server.
  * Errors are normalised to LeaseholdErrors and scrubbed of tokens and passwords.
  */
 import { deadlines, Timed } from './deadlines.js';
@@ -25,6 +26,11 @@ export interface CallOptions<T> {
   onTimeout?: (() => unknown) | undefined;
   /** A value that arrives after the caller gave up (a late grant: release it). Tracked too. */
   late?: (value: T) => Promise<unknown> | void;
+  /**
+   * An error that arrives after the caller gave up: the call may still have run on the server (its
+   * reply was lost), so what it may have left is given back now that it settled. Tracked too.
+   */
+  lateError?: (error: unknown) => Promise<unknown> | void;
   /** Strings that must never appear in an error (the lease's token). */
   secrets?: readonly string[];
 }
@@ -86,6 +92,7 @@ class Pending<T> extends Timed implements GiveUp {
 
   failed(e: unknown): void {
     if (this.finish()) this.reject(this.calls.error(e, this.what, this.o.secrets, this.o.key));
+    else if (this.o.lateError) this.calls.lateValue(e, this.o.lateError);
     this.calls.done();
   }
 }
@@ -111,8 +118,8 @@ export class Calls {
   /**
    * Runs `start()` (one backend call) bounded by `ms` (default opTimeout), `signal` and (when
    * `closable`) `abortAll`. The backend's promise stays tracked until it settles, and so does the
-   * `late` clean-up of a value that arrives after the caller gave up: decided in the same turn
-   * as the value arrives, so a late grant is never missed.
+   * `late` (`lateError`) clean-up of a value (an error) that arrives after the caller gave up:
+   * decided in the same turn as it arrives, so a late grant is never missed.
    */
   run<T>(what: string, start: () => Promise<T>, o: CallOptions<T> = NO_OPTIONS as CallOptions<T>): Promise<T> {
     return new Promise<T>((resolve, reject) => {
@@ -138,8 +145,8 @@ export class Calls {
     });
   }
 
-  /** @internal a value that arrived after its caller gave up. */
-  lateValue<T>(v: T, late: (value: T) => Promise<unknown> | void): void {
+  /** @internal a value (or an error) that arrived after its caller gave up. */
+  lateValue<V>(v: V, late: (value: V) => Promise<unknown> | void): void {
     this.pending++;
     Promise.resolve(v).then(late).then(this.done, this.done);
   }
