@@ -77,7 +77,9 @@ export interface Locks {
   /**
    * Releases every lease this instance holds, waits (at most `opTimeout`) for calls in flight and
    * releases what they got, stops renewal, then closes the backend's own connections (at most
-   * `opTimeout` more). Calls still waiting reject with a ClosedError at once.
+   * `opTimeout` more). Calls still waiting reject with a ClosedError at once. A `runExclusive`
+   * lock whose function still runs is not released but left to its `lockAtMostFor` expiry (as
+   * after a crash), and that `runExclusive` rejects with a ClosedError once its function returns.
    */
   close(): Promise<void>;
 }
@@ -117,6 +119,8 @@ class LocksImpl implements Locks, LeaseHost {
    * its keys are tokens, and neither `util.inspect` nor a walk over properties may reach them.
    */
   readonly #held = new Map<string, LeaseImpl>();
+  /** Held leases that close() hands to a callback instead of releasing (runExclusive's, src/scoped.ts). */
+  readonly #pinned = new Map<LeaseImpl, () => void>();
   private readonly closing = new AbortController();
   private closed: Promise<void> | null = null;
   /** The default ttl (also runExclusive's default lockAtMostFor). */
@@ -166,6 +170,14 @@ class LocksImpl implements Locks, LeaseHost {
           secrets: [token],
         }),
     };
+  }
+
+  // ---- ScopedHost
+  pin(lease: LeaseImpl, onClose: () => void): void {
+    this.#pinned.set(lease, onClose);
+  }
+  unpin(lease: LeaseImpl): void {
+    this.#pinned.delete(lease);
   }
 
   // ---- LeaseHost
@@ -333,7 +345,12 @@ class LocksImpl implements Locks, LeaseHost {
     this.calls.abortAll(closed); // and every call in flight
     const bound = this.calls.opTimeoutMs;
     this.keeper.stop();
-    for (const lease of [...this.#held.values()]) lease.release().catch(() => {}); // tracked calls
+    for (const lease of [...this.#held.values()]) {
+      const onClose = this.#pinned.get(lease);
+      if (onClose)
+        onClose(); // a runExclusive whose fn still runs: detached, never released under it
+      else lease.release().catch(() => {}); // tracked calls
+    }
     // releases, and attempts still in flight (a late grant is released by its own call)
     await this.calls.drain(bound);
     const backend = this.backend;

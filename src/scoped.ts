@@ -2,7 +2,8 @@
  * Runs under a lock, for Locks (locks.ts): `withLock` (acquire, run, release; a lease lost or
  * closed under the work is reported after it) and `runExclusive` (tryAcquire, run at most once
  * at a time, and keep the lock for the rest of a `lockAtLeastFor` window: handed over to the
- * backend's store, or extended on the server).
+ * backend's store, or extended on the server). `close()` never releases a runExclusive lock whose
+ * function still runs: it is left to its stored expiry (`lockAtMostFor`), as after a crash.
  */
 import type { Backend } from './backend.js';
 import type { Calls } from './calls.js';
@@ -31,6 +32,9 @@ export interface ScopedHost<A> {
   readonly ttlMs: number;
   acquire(key: string, options?: A): Promise<Lease>;
   tryAcquire(key: string, options?: { ttl?: Duration; renew?: boolean; signal?: AbortSignal }): Promise<Lease | null>;
+  /** `close()` calls `onClose` instead of releasing `lease` while it is pinned. */
+  pin(lease: LeaseImpl, onClose: () => void): void;
+  unpin(lease: LeaseImpl): void;
 }
 
 const EXCLUSIVE_OPTS = ['lockAtLeastFor', 'lockAtMostFor', 'signal'] as const;
@@ -80,27 +84,61 @@ export async function runExclusive<T, A>(
   const signal = checkSignal(o.signal, 'runExclusive');
   const lease = (await host.tryAcquire(key, { ttl: atMost, renew: false, signal })) as LeaseImpl | null;
   if (!lease) return { ran: false };
+  // while fn runs, close() detaches the lease rather than release it (another instance would run
+  // the job at once, beside this one): the lock lasts until its stored expiry, as after a crash
+  let running = true;
+  let closedUnder = false;
+  host.pin(lease, () => {
+    if (running) closedUnder = detachOnClose(host, lease, atMost); // else the window's own call is in flight
+  });
+  if (lease.state !== 'held' && host.closingSignal.aborted) {
+    host.unpin(lease); // close() came between the grant and here, and released it: fn never ran
+    throw new ClosedError();
+  }
+  let value: T;
   try {
-    return { ran: true, value: await fn(lease) };
+    value = await fn(lease);
   } finally {
-    const keep = Math.floor(atLeast - (now() - lease.grantedAt));
-    if (keep >= 1 && lease.state === 'held') {
-      // the stored expiry keeps the window: it outlives close() and a crash
-      try {
-        const kept = host.backend.keep ? await keepWindow(host, lease, keep) : await extendWindow(host, lease, keep);
-        if (kept) lease.detach();
-        else await quietRelease(lease);
-      } catch {
-        await quietRelease(lease);
-      }
-    } else {
-      await quietRelease(lease);
-    }
+    running = false;
+    await keepWindow(host, lease, atLeast);
+    host.unpin(lease);
+  }
+  // fn finished, but close() ended its lease under it (the lock is kept until lockAtMostFor)
+  if (closedUnder) throw new ClosedError();
+  return { ran: true, value };
+}
+
+/**
+ * `close()` while fn runs: the lease is detached, not released; its stored expiry (lockAtMostFor,
+ * the lease is never renewed) ends it. A backend whose locks end with their session at close()
+ * (`keep`) stores it for the rest of lockAtMostFor first (its session's own validity, which bounds
+ * the lease's, ends with close()). False if the lease was not held.
+ */
+function detachOnClose(host: ScopedHost<unknown>, lease: LeaseImpl, atMost: number): boolean {
+  const left = lease.remaining(); // 0 when it ran out: then it is lost, and released as such
+  if (lease.state !== 'held') return false;
+  const ms = Math.max(left, Math.floor(lease.grantedAt + atMost - now()));
+  lease.detach();
+  if (ms >= 1 && host.backend.keep) void keepCall(host, lease, ms).catch(() => {}); // tracked: close() waits
+  return true;
+}
+
+/** After fn: the rest of the `lockAtLeastFor` window is kept (it outlives close()), or the lock released. */
+async function keepWindow(host: ScopedHost<unknown>, lease: LeaseImpl, atLeast: number): Promise<void> {
+  const keep = Math.floor(atLeast - (now() - lease.grantedAt));
+  if (keep < 1 || lease.state !== 'held') return quietRelease(lease); // nothing (more) to keep
+  // the stored expiry keeps the window: it outlives close() and a crash
+  try {
+    const kept = host.backend.keep ? await keepCall(host, lease, keep) : await extendWindow(host, lease, keep);
+    if (kept) lease.detach();
+    else await quietRelease(lease);
+  } catch {
+    await quietRelease(lease);
   }
 }
 
-/** Hands the lock over to the backend's store for the rest of the window (session backends). */
-function keepWindow(host: ScopedHost<unknown>, lease: LeaseImpl, ms: number): Promise<boolean> {
+/** Hands the lock over to the backend's store for `ms` (session backends). */
+function keepCall(host: ScopedHost<unknown>, lease: LeaseImpl, ms: number): Promise<boolean> {
   const backend = host.backend;
   return host.calls.run('keep', () => backend.keep!(lease.fullKey, lease.token, ms), {
     key: lease.key,
