@@ -93,21 +93,38 @@ export class ZookeeperBackend implements Backend {
 
   async acquire(key: string, req: AcquireRequest): Promise<Grant | null> {
     this.assertOpen();
-    const session = this.zk.sessionTimeoutMs;
-    if (req.ttlMs > session) {
-      // the server may expire the session (and grant the lock to another) before a longer lease
-      // runs out on the holder's clock: a lease never claims more than its session guarantees
-      throw new InvalidArgumentError(
-        `zookeeper: ttl ${req.ttlMs}ms exceeds the session timeout (${session}ms); use a ttl of at most the session timeout, or a longer sessionTimeout`,
-      );
-    }
+    // until a session connected, the client reports the timeout it asked for, and the server may
+    // agree to a shorter one (maxSessionTimeout): wait for it (the engine bounds the call)
+    if (!this.zk.timeoutAgreed) await this.zk.whenConnected();
+    this.assertOpen();
+    this.checkTtl(req.ttlMs);
     const fence = await this.mutex.acquire(key, req.token, req.ttlMs, req.queue === true, req.value);
     if (fence === null) return null;
     if (this.closed) {
       await this.mutex.release(key, req.token).catch(() => false);
       throw new ClosedError('zookeeper: backend closed');
     }
+    try {
+      // the grant's session may be a new one (an expired session replaced meanwhile): its timeout
+      this.checkTtl(req.ttlMs);
+    } catch (e) {
+      await this.mutex.release(key, req.token).catch(() => false);
+      throw e;
+    }
     return { fence };
+  }
+
+  /**
+   * The server may expire the session (and grant the lock to another) before a longer lease runs
+   * out on the holder's clock: a lease never claims more than its session guarantees.
+   */
+  private checkTtl(ttlMs: number): void {
+    const session = this.zk.sessionTimeoutMs;
+    if (ttlMs > session) {
+      throw new InvalidArgumentError(
+        `zookeeper: ttl ${ttlMs}ms exceeds the session timeout (${session}ms${this.zk.timeoutAgreed ? ', as the server agreed to it' : ''}); use a ttl of at most the session timeout, or a longer sessionTimeout (the server caps it at its maxSessionTimeout)`,
+      );
+    }
   }
 
   extend(items: readonly ExtendItem[]): Promise<boolean[]> {

@@ -64,6 +64,8 @@ export class ZkSession {
   private readonly listeners = new Set<Listener>();
   private waiters: Array<{ resolve: () => void; reject: (e: unknown) => void }> = [];
   private closed = false;
+  /** A session of the current client has connected: its timeout is the one the server agreed. */
+  private agreed = false;
   /** The session timeout to assume before the server negotiated one. */
   private readonly requestedTimeoutMs: number;
   /** When the server last sent us anything (monotonic ms), and the socket we listen on. */
@@ -116,6 +118,13 @@ export class ZkSession {
   get session(): string {
     return this.sessionHex;
   }
+  /**
+   * The client reports the timeout it asked for until a session connects; only then is
+   * `sessionTimeoutMs` the one the server agreed to (it may be shorter: maxSessionTimeout).
+   */
+  get timeoutAgreed(): boolean {
+    return this.agreed;
+  }
   get sessionTimeoutMs(): number {
     const t = Number(this.client?.getSessionTimeout?.());
     return Number.isFinite(t) && t > 0 ? t : this.requestedTimeoutMs;
@@ -132,6 +141,7 @@ export class ZkSession {
   private attach(client: ZookeeperClientLike): void {
     const c = client as any;
     this.client = c;
+    this.agreed = false;
     // node-zookeeper-client keeps the unparsed tail of a packet across connections: the first
     // reply on a new socket is then parsed after stale bytes ("Unknown code", thrown from its
     // socket handler, which ends the process). Each new connection starts with an empty buffer.
@@ -173,6 +183,7 @@ export class ZkSession {
   private connected(): void {
     if (this.lostTimer) clearTimeout(this.lostTimer);
     this.lostTimer = null;
+    this.agreed = true;
     this.hookSocket();
     const id = this.readSession();
     const same = id !== '' && id === this.sessionHex;
