@@ -9,6 +9,7 @@
 import { inspect } from 'node:util';
 import { BackendError } from '../../errors.js';
 import { publish, type SessionState } from './events.js';
+import { mendConnections } from './mend.js';
 import {
   CONNECTION_LOSS,
   NO_NODE,
@@ -49,8 +50,6 @@ export function isZookeeperClient(c: unknown): c is ZookeeperClientLike {
 
 type Listener = (state: SessionState, session: string) => void;
 
-const FRESH_BUFFER = Symbol('leasehold: fresh buffer per connection');
-
 /**
  * One ZooKeeper session as the backend sees it. With a `factory` (a client leasehold made
  * itself, as fromUrl does) a LOST session is replaced by a new client; with a user's client it
@@ -83,6 +82,7 @@ export class ZkSession {
     // node-zookeeper-client has no read timeout: a frozen or black-holed server would keep us
     // CONNECTED forever. As the Java client does, a connection silent for 2/3 of the session
     // timeout (pings go out every 1/3) is dropped, so the client fails over or reports SUSPENDED.
+    // (A connection whose handshake is never answered is bounded in mend.ts.)
     this.watchdog = setInterval(() => this.checkHeard(), Math.max(50, Math.floor(requestedTimeoutMs / 6)));
     this.watchdog.unref();
   }
@@ -142,18 +142,7 @@ export class ZkSession {
     const c = client as any;
     this.client = c;
     this.agreed = false;
-    // node-zookeeper-client keeps the unparsed tail of a packet across connections: the first
-    // reply on a new socket is then parsed after stale bytes ("Unknown code", thrown from its
-    // socket handler, which ends the process). Each new connection starts with an empty buffer.
-    const cm = c.connectionManager;
-    if (cm && typeof cm.connect === 'function' && !cm[FRESH_BUFFER]) {
-      const connect = cm.connect;
-      cm.connect = function (this: { pendingBuffer: unknown }, ...args: unknown[]) {
-        this.pendingBuffer = null;
-        return connect.apply(this, args);
-      };
-      cm[FRESH_BUFFER] = true;
-    }
+    mendConnections(c.connectionManager);
     c.on('state', (s: { name?: string; getName?: () => string }) => {
       if (this.client !== c || this.closed) return;
       const name = String(s?.name ?? s?.getName?.() ?? s);
