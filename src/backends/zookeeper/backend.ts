@@ -21,6 +21,24 @@ export interface ZookeeperConfig {
   readonly suspendedIsLost: boolean;
 }
 
+/** The longest close() waits for the deletion of waiters' nodes (at most the session timeout). */
+const CLOSE_BOUND_MS = 5000;
+
+/** Resolves when `p` settles, after `ms`, or when `cut` resolves, whichever is first. */
+async function within(p: Promise<unknown>, ms: number, cut: Promise<void> | null): Promise<void> {
+  let t: NodeJS.Timeout | undefined;
+  const timer = new Promise<void>((resolve) => {
+    t = setTimeout(resolve, ms);
+    t.unref();
+  });
+  try {
+    await Promise.race([p.then(noop, noop), timer, ...(cut ? [cut] : [])]);
+  } finally {
+    clearTimeout(t);
+  }
+}
+const noop = (): void => {};
+
 interface ResultRecord {
   r: string;
   ms: number;
@@ -278,14 +296,23 @@ export class ZookeeperBackend implements Backend {
     if (this.closed) return;
     this.closed = true;
     clearInterval(this.sweeper);
-    // waiters' places go now; held locks were released by the engine (detached ones stay)
-    const waiting = [...this.mutex.nodes.values()].filter((m) => !m.held);
-    await Promise.allSettled(waiting.map((m) => this.mutex.drop(m)));
-    this.mutex.stopWindowTimers(); // kept windows stay, honoured by their stored end
-    if (this.zk.usable) await this.mutex.flushCleanups();
-    this.mutex.forgetWatches();
-    await this.zk.close(this.config.owned);
-    this.lost.clear();
+    this.zk.beginClose();
+    try {
+      // Waiters' places go now; held locks were released by the engine (detached ones stay).
+      // Bounded: with no server to reach, a deletion waits for a reconnect. Our own client's
+      // session ends with close() (the server deletes its nodes with it): no wait once it is cut
+      // off; a caller's client goes on deleting them once it reconnects.
+      const waiting = [...this.mutex.nodes.values()].filter((m) => !m.held);
+      const bound = Math.min(this.zk.sessionTimeoutMs, CLOSE_BOUND_MS);
+      const cut = this.config.owned ? this.zk.untilDisconnected() : null;
+      await within(Promise.allSettled(waiting.map((m) => this.mutex.drop(m))), bound, cut);
+      this.mutex.stopWindowTimers(); // kept windows stay, honoured by their stored end
+      if (this.zk.isConnected) await within(this.mutex.flushCleanups(), bound, cut);
+      this.mutex.forgetWatches();
+    } finally {
+      await this.zk.close(this.config.owned);
+      this.lost.clear();
+    }
   }
 
   [inspect.custom](): string {

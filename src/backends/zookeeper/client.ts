@@ -7,21 +7,9 @@
  * `ZkSession`, so a second client package could be adapted later.
  */
 import { inspect } from 'node:util';
-import { BackendError } from '../../errors.js';
 import { publish, type SessionState } from './events.js';
-import { mendConnections } from './mend.js';
-import {
-  CONNECTION_LOSS,
-  NO_NODE,
-  NODE_EXISTS,
-  PERSISTENT,
-  SESSION_EXPIRED,
-  statOf,
-  zkCode,
-  zkError,
-  type Op,
-  type ZkStat,
-} from './protocol.js';
+import { mendConnections, mkdirp } from './mend.js';
+import { CONNECTION_LOSS, SESSION_EXPIRED, statOf, zkCode, zkError, type Op, type ZkStat } from './protocol.js';
 
 /** The node-zookeeper-client methods leasehold calls (structural: no import of the package). */
 export interface ZookeeperClientLike {
@@ -63,6 +51,7 @@ export class ZkSession {
   private readonly listeners = new Set<Listener>();
   private waiters: Array<{ resolve: () => void; reject: (e: unknown) => void }> = [];
   private closed = false;
+  private closing = false;
   /** A session of the current client has connected: its timeout is the one the server agreed. */
   private agreed = false;
   /** The session timeout to assume before the server negotiated one. */
@@ -144,8 +133,9 @@ export class ZkSession {
     this.agreed = false;
     mendConnections(c.connectionManager);
     c.on('state', (s: { name?: string; getName?: () => string }) => {
-      if (this.client !== c || this.closed) return;
+      if (this.client !== c) return;
       const name = String(s?.name ?? s?.getName?.() ?? s);
+      if (this.closed) return this.afterClose(name);
       if (name === 'SYNC_CONNECTED' || name === 'CONNECTED_READ_ONLY') this.connected();
       else if (name === 'DISCONNECTED') this.suspended();
       else if (name === 'EXPIRED' || name === 'AUTH_FAILED') this.lost();
@@ -204,11 +194,9 @@ export class ZkSession {
     const expired = this.client?.getState?.()?.name === 'EXPIRED';
     if (this.current !== 'LOST') this.set('LOST');
     if (this.closed) return;
+    // who waits for the connection gives up, also on a LOST the adapter declared by its timer
+    this.rejectWaiters(expired ? 'session expired' : 'session lost: no server answered within the session timeout');
     if (expired || this.client?.getState?.()?.name === 'AUTH_FAILED') {
-      const w = this.waiters;
-      this.waiters = [];
-      const e = zkError(Object.assign(new Error('session expired'), { code: SESSION_EXPIRED }), 'session');
-      for (const x of w) x.reject(e);
       if (this.factory) {
         // a client of our own: a new session replaces the expired one
         try {
@@ -223,9 +211,57 @@ export class ZkSession {
     }
   }
 
-  /** Resolves once connected (at once if connected); rejects when the session is gone or closed. */
+  private rejectWaiters(why: string): void {
+    const w = this.waiters;
+    this.waiters = [];
+    const e = zkError(Object.assign(new Error(why), { code: SESSION_EXPIRED }), 'session');
+    for (const x of w) x.reject(e);
+  }
+
+  /**
+   * After close() a caller's client lives on: node deletions still under way (close bounds its
+   * wait for them) go on once it reconnects, and give up when its session ends.
+   */
+  private afterClose(name: string): void {
+    if (name === 'SYNC_CONNECTED' || name === 'CONNECTED_READ_ONLY') {
+      const w = this.waiters;
+      this.waiters = [];
+      for (const x of w) x.resolve();
+    } else if (name === 'EXPIRED' || name === 'AUTH_FAILED') this.rejectWaiters('session expired');
+  }
+
+  get isConnected(): boolean {
+    return this.current === 'CONNECTED' || this.current === 'RECONNECTED';
+  }
+
+  /** close() began on leasehold's own client: its session ends with it, and its nodes. */
+  get ending(): boolean {
+    return this.closing && this.factory !== null;
+  }
+
+  /** close() begins: nothing more is sent but the deletions of our nodes (see `ending`). */
+  beginClose(): void {
+    this.closing = true;
+  }
+
+  /** Resolves when the connection is down (at once if it is not up). */
+  untilDisconnected(): Promise<void> {
+    if (this.closed || !this.isConnected) return Promise.resolve();
+    return new Promise((resolve) => {
+      const off = this.onState((s) => {
+        if (s !== 'SUSPENDED' && s !== 'LOST') return;
+        off();
+        resolve();
+      });
+    });
+  }
+
+  /**
+   * Resolves once connected (at once if connected); rejects when the session is gone, or
+   * leasehold's own client is closed (a caller's client may still reconnect: see afterClose).
+   */
   whenConnected(): Promise<void> {
-    if (this.closed) return Promise.reject(zkError(new Error('closed'), 'session'));
+    if (this.closed && this.factory) return Promise.reject(zkError(new Error('closed'), 'session'));
     if (this.current === 'CONNECTED' || this.current === 'RECONNECTED') return Promise.resolve();
     return new Promise((resolve, reject) => this.waiters.push({ resolve, reject }));
   }
@@ -316,25 +352,8 @@ export class ZkSession {
   }
 
   /** Creates `path` and its missing parents as persistent nodes (NODE_EXISTS is fine). */
-  async mkdirp(path: string): Promise<void> {
-    const parts = path.split('/').filter(Boolean);
-    let at = '';
-    for (const p of parts) {
-      at += `/${p}`;
-      try {
-        await this.create(at, null, PERSISTENT);
-      } catch (e) {
-        const code = zkCode(e);
-        // the top of the tree has no parent but the client's chroot: that one is missing
-        if (code === NO_NODE && at === `/${parts[0]}`) {
-          const chroot = this.client?.connectionManager?.chrootPath;
-          throw new BackendError(
-            `zookeeper: the client's chroot ${typeof chroot === 'string' ? `"${chroot}" ` : ''}does not exist: create it, or give the chroot to connectZookeeper or zk://, which create it`,
-          );
-        }
-        if (code !== NODE_EXISTS) throw e;
-      }
-    }
+  mkdirp(path: string): Promise<void> {
+    return mkdirp(this, path, this.client?.connectionManager?.chrootPath);
   }
 
   /**
@@ -348,11 +367,11 @@ export class ZkSession {
     if (this.lostTimer) clearTimeout(this.lostTimer);
     this.lostTimer = null;
     this.listeners.clear();
+    if (!ownClient) return; // deletions under way finish on the caller's client (afterClose)
     const w = this.waiters;
     this.waiters = [];
     const e = zkError(new Error('backend closed'), 'session');
     for (const x of w) x.reject(e);
-    if (!ownClient) return;
     const c = this.client;
     const connected = this.current === 'CONNECTED' || this.current === 'RECONNECTED';
     const ended = new Promise<void>((resolve) => {

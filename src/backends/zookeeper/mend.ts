@@ -1,6 +1,7 @@
 /**
- * Two repairs to node-zookeeper-client's ConnectionManager, made once per client (leasehold's
- * own and a caller's): both only change what happens on a new connection.
+ * Helpers of the client adapter (client.ts): mkdirp, and two repairs to node-zookeeper-client's
+ * ConnectionManager, made once per client (leasehold's own and a caller's), which only change
+ * what happens on a new connection:
  *
  * - The unparsed tail of a packet was kept across connections: the first reply on a new socket
  *   was then parsed after stale bytes ("Unknown code", thrown from its socket handler, which ends
@@ -12,6 +13,8 @@
  *   handshake has not been answered within the client's connect timeout is destroyed, and the
  *   client goes on to the next server.
  */
+import { BackendError } from '../../errors.js';
+import { NO_NODE, NODE_EXISTS, PERSISTENT, zkCode } from './protocol.js';
 
 const MENDED = Symbol('leasehold: connections mended');
 /** ConnectionManager's STATES.CONNECTING: the handshake has not been answered. */
@@ -56,4 +59,29 @@ function boundHandshake(cm: any, sock: SocketLike | null): void {
   }, ms);
   t.unref();
   sock.once('close', () => clearTimeout(t));
+}
+
+/** Creates `path` and its missing parents as persistent nodes (NODE_EXISTS is fine). */
+export async function mkdirp(
+  zk: { create(path: string, data: Buffer | null, mode: number): Promise<string> },
+  path: string,
+  chroot: unknown,
+): Promise<void> {
+  const parts = path.split('/').filter(Boolean);
+  let at = '';
+  for (const p of parts) {
+    at += `/${p}`;
+    try {
+      await zk.create(at, null, PERSISTENT);
+    } catch (e) {
+      const code = zkCode(e);
+      // the top of the tree has no parent but the client's chroot: that one is missing
+      if (code === NO_NODE && at === `/${parts[0]}`) {
+        throw new BackendError(
+          `zookeeper: the client's chroot ${typeof chroot === 'string' ? `"${chroot}" ` : ''}does not exist: create it, or give the chroot to connectZookeeper or zk://, which create it`,
+        );
+      }
+      if (code !== NODE_EXISTS) throw e;
+    }
+  }
 }

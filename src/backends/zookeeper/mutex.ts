@@ -251,6 +251,7 @@ export class Mutex {
         if (code === NO_NODE || code === SESSION_EXPIRED) return false;
         if (code !== CONNECTION_LOSS) throw e;
         if (this.zk.session !== session && this.zk.session !== '') return false; // a new session: ours is gone
+        if (this.zk.ending) return false; // our close() ends the session: the server deletes the node with it
         await this.zk.whenConnected(); // rejects once the session is lost for good or closed
         if (this.zk.session !== session) return false;
       }
