@@ -103,18 +103,30 @@ async function load(names: readonly string[], forUrl: string): Promise<{ name: s
   );
 }
 
-/** Wraps `close()` so it also closes the client the backend was built with. */
+/** The longest a fromUrl backend's own `close()` may keep its client open. */
+const BACKEND_CLOSE_MS = 15_000;
+
+/**
+ * Wraps `close()` so it also closes the client the backend was built with: once the backend's
+ * close settled, or after BACKEND_CLOSE_MS if it has not (a server out of reach must not keep
+ * the client, and the process, alive; the backend's close finishes on its own).
+ */
 function owning<B extends Backend>(backend: B, closeClient: () => Promise<unknown>): B {
   const closeBackend = backend.close.bind(backend);
   backend.close = async () => {
     try {
-      await closeBackend();
+      await race(Promise.resolve().then(closeBackend), { ms: BACKEND_CLOSE_MS, onTimeout: () => TIMED_OUT }).catch(
+        (e: unknown) => {
+          if (e !== TIMED_OUT) throw e;
+        },
+      );
     } finally {
       await closeClient().catch(() => {});
     }
   };
   return backend;
 }
+const TIMED_OUT = Symbol('timed out');
 
 interface RedisClient {
   client: any;

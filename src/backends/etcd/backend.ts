@@ -27,6 +27,7 @@ import { Keyspace } from './read.js';
 import { Session } from './session.js';
 import { Watches } from './watch.js';
 import { markTransient } from '../../transient.js';
+import { race } from '../../wait.js';
 
 export interface EtcdConfig {
   readonly client: Namespace;
@@ -305,10 +306,15 @@ export class EtcdBackend implements Backend {
     this.closed = true;
     this.entries.clear();
     this.watches.close();
-    const s = this.current ?? (await this.opening?.catch(() => null)) ?? null;
+    // An etcd out of reach cannot revoke (nor grant): the lease then ends by its TTL, so there
+    // is no point waiting longer than leaseTtl for either.
+    const until = performance.now() + this.config.leaseTtlMs;
+    const left = () => Math.max(0, until - performance.now());
+    const opening = this.opening;
+    const s = this.current ?? (opening ? await race(opening, { ms: left() }).catch(() => null) : null);
     this.current = null;
-    // an etcd out of reach cannot revoke: the lease then ends by its TTL (leaseTtl)
-    if (s) await s.revoke().catch(() => {});
+    if (s) await race(s.revoke(), { ms: left() }).catch(() => {});
+    // a grant still under way when the bound passed: its lease is revoked when it comes (session())
   }
 
   private check(key: string, token: unknown): void {
