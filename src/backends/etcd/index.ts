@@ -47,14 +47,18 @@ export function etcd(client: Namespace, options?: EtcdOptions): EtcdBackend {
  *     const r = await ownerTxn(backend, lease).then(client.put('config').value(v)).commit();
  *     if (!r.succeeded) throw new Error('no longer the holder');
  *
- * Throws LeaseLostError if this backend no longer holds `lease`.
+ * Throws LeaseLostError if this backend no longer holds `lease` (InvalidArgumentError if it is
+ * not a lease at all).
  */
 export function ownerTxn(backend: EtcdBackend, lease: Lease): ComparatorBuilder {
   // not only `instanceof`: an etcd() backend from leasehold's other build (ESM or CommonJS) is one too
   const b = backend as Partial<EtcdBackend> | null;
   if (!(backend instanceof EtcdBackend) && !(typeof b?.entryOf === 'function' && typeof b.client?.if === 'function'))
     throw new InvalidArgumentError('ownerTxn: backend must be an etcd() backend');
-  const entry = lease && typeof lease === 'object' ? backend.entryOf(lease.token) : null;
+  const l = lease as Partial<Lease> | null;
+  if (!l || typeof l !== 'object' || typeof l.token !== 'string' || typeof l.fence !== 'bigint')
+    throw new InvalidArgumentError('ownerTxn: lease must be a Lease from acquire()');
+  const entry = backend.entryOf(lease.token);
   if (!entry || entry.fence !== lease.fence || !lease.held) {
     throw new LeaseLostError(String(lease?.key), 'this backend no longer holds the lease');
   }
