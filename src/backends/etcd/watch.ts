@@ -55,15 +55,44 @@ export class Watches {
     }
   }
 
+  /**
+   * Calls `onChange` on every change of the lock's entries. etcd3 re-creates a watch after a
+   * reconnect from the last revision it saw; when that revision was compacted meanwhile, etcd
+   * cancels the watch and etcd3 drops it ('error'): a new watch from now takes its place (the
+   * call to `onChange` makes the caller look again, covering what happened in between).
+   */
   async watch(key: string, onChange: () => void): Promise<() => void> {
-    const w = await this.client.watch().prefix(entriesOf(key)).create();
-    this.watchers.add(w);
-    w.on('data', () => onChange());
-    w.on('connected', () => onChange()); // a reconnect may have missed events: look again
-    w.on('error', () => onChange());
+    let live = true;
+    let current: Watcher | null = null;
+    const rearm = (): void => {
+      if (!live || this.closed) return;
+      arm().catch(() => {
+        if (live && !this.closed) setTimeout(rearm, 1000).unref();
+      });
+    };
+    const arm = async (): Promise<void> => {
+      const w = await this.client.watch().prefix(entriesOf(key)).create();
+      if (!live || this.closed) return void w.cancel().catch(() => {});
+      current = w;
+      this.watchers.add(w);
+      w.on('data', () => onChange());
+      w.on('connected', () => onChange()); // a reconnect may have missed events: look again
+      w.on('error', () => {
+        this.watchers.delete(w);
+        if (current === w) current = null;
+        onChange();
+        rearm();
+      });
+    };
+    await arm();
     return () => {
-      this.watchers.delete(w);
-      void w.cancel().catch(() => {});
+      live = false;
+      const w = current;
+      current = null;
+      if (w) {
+        this.watchers.delete(w);
+        void w.cancel().catch(() => {});
+      }
     };
   }
 
