@@ -159,7 +159,15 @@ export class RedisBackend implements Backend {
     const lock = lockKeyOf(key);
     const queue = req.queue === true;
     const sessions = this.sessions;
-    const s = sessions && req.renew === true ? sessions.session(req.ttlMs) : null;
+    let s = sessions && req.renew === true ? sessions.session(req.ttlMs) : null;
+    // a new session's key is created by one acquire only (its creator); the others wait for its
+    // reply, so no acquire in flight can create a key that once existed and lapsed (a revival)
+    while (s && s.creating) {
+      await s.creating;
+      this.assertOpen();
+      s = sessions!.session(req.ttlMs);
+    }
+    const create = s !== null && sessions!.create(s);
     const { token } = req;
     const { fenceIdleMs, placeMs, claimMs } = this.cfg;
     const value = req.value ?? '';
@@ -173,6 +181,7 @@ export class RedisBackend implements Backend {
     }
     const wakes = queue ? this.wakeups.before(lock) : 0;
     let r: unknown;
+    let replied = false;
     const sentAt = now();
     try {
       const [res] = await this.adapter.run([
@@ -190,7 +199,7 @@ export class RedisBackend implements Backend {
                 claimMs,
                 changed,
                 sessions!.lockPx(req.ttlMs),
-                s.confirmed ? '0' : '1',
+                create ? '1' : '0',
               ],
             }
           : {
@@ -201,9 +210,14 @@ export class RedisBackend implements Backend {
       ]);
       r = res;
       if (r instanceof Error) throw r;
+      replied = true;
     } catch (e) {
       if (queue) this.wakeups.forget(lock);
       throw e;
+    } finally {
+      // no reply to the creator: its key may exist or not, and may still be created by the
+      // command in flight; the session is never used again (the waiters start a new one)
+      if (create) sessions!.created(s!, replied);
     }
     if (s && r === 'gone') {
       // the session lapsed (a pause, an eviction): its leases are lost; a new one takes this lease

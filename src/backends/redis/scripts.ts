@@ -159,7 +159,7 @@ export const HEAD = SESSION + MINT + QUEUE;
  * "Resharding"). An undeclared key the node lacks would stop the script part-way instead ("non
  * local key"). The `changed` channel stays an argument: a client's keyPrefix goes on KEYS, never
  * on channels. `create`
- * makes a missing session key: only until the first reply about a new session came back.
+ * makes a missing session key: only the session's one creating acquire sends it (index.ts).
  * With a session the lock is `<token>|<session key>` with the long PX lockPx (a bound on how
  * long the key of a dead session lingers), and the attempt sets the session's expiry to ttl; a
  * lock whose session lapsed is free (reaped: deleted, announced as a release).

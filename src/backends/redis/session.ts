@@ -23,10 +23,14 @@ export interface Session {
   readonly key: string;
   readonly ttlMs: number;
   /**
-   * A reply about it came back: from then on the key is never created again (a lapsed one stays
-   * dead). Until then, acquires may create it (they may reach the server in any order).
+   * A reply about it came back: its key was created (by its creator, the one acquire that may
+   * create it), and is never created again (a lapsed one stays dead).
    */
   confirmed: boolean;
+  /** While its creator's acquire is in flight: settles with that reply (every other acquire waits). */
+  creating: Promise<void> | null;
+  /** Settles `creating`. */
+  settle: (() => void) | null;
   /** Monotonic time until which the key lives for sure (its last renewal's send time + TTL - drift). */
   validUntil: number;
   dead: boolean;
@@ -79,6 +83,8 @@ export class Sessions {
       key: `leasehold-session:${randomBytes(16).toString('base64url')}:${ttlMs}`,
       ttlMs,
       confirmed: false,
+      creating: null,
+      settle: null,
       validUntil: -Infinity,
       dead: false,
       lost: [],
@@ -86,6 +92,27 @@ export class Sessions {
     this.current.set(ttlMs, s);
     this.sessions.set(s.key, s);
     return s;
+  }
+
+  /**
+   * True when the caller's acquire is to create `s`'s key (create=1): `s` is new and nobody
+   * creates it yet. The caller then reports the outcome with `created`; other acquires of `s`
+   * wait for `s.creating` meanwhile. One creation per session: an acquire sent later cannot
+   * bring back a key that existed and lapsed (eviction, a DEL) while a lease named it.
+   */
+  create(s: Session): boolean {
+    if (s.confirmed || s.creating) return false;
+    s.creating = new Promise<void>((resolve) => (s.settle = resolve));
+    return true;
+  }
+
+  /** The creator's acquire of `s` is over: with a reply (the key exists), or not (`s` is ended). */
+  created(s: Session, replied: boolean): void {
+    if (!replied) this.ended(s);
+    const settle = s.settle;
+    s.creating = null;
+    s.settle = null;
+    settle?.();
   }
 
   /** A session that lapsed (or may have): its key is never renewed or created again. */
