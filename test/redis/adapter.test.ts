@@ -27,6 +27,25 @@ describe.each(['ioredis', 'node-redis'] as ClientKind[])('redis adapter on %s', 
     expect((again as unknown[]).slice(0, 3)).toEqual([`${prefix}:k2`, 'w', '7']);
   });
 
+  test('a pipeline: only the calls refused with NOSCRIPT are sent again (a call that ran is not run twice)', async () => {
+    const c = await clients.make(kind);
+    const a = adapt(c);
+    const nonce = randomUUID();
+    // COUNT is cached on the server; FRESH has never been sent (NOSCRIPT at its first EVALSHA)
+    const COUNT = script(`return redis.call('INCR', KEYS[1]) -- ${nonce}`);
+    const FRESH = script(`return 'fresh ${nonce}'`);
+    await a.run([{ script: COUNT, keys: [`${prefix}:warm-${kind}`], args: [] }]);
+    const counter = `${prefix}:count-${kind}-${nonce}`;
+    const res = await a.run([
+      { script: COUNT, keys: [counter], args: [] },
+      { script: FRESH, keys: [counter], args: [] },
+    ]);
+    expect(res).toEqual([1, `fresh ${nonce}`]);
+    const admin = await clients.make('ioredis');
+    expect(await admin.get(counter)).toBe('1'); // it ran once
+    await admin.del(counter, `${prefix}:warm-${kind}`);
+  });
+
   test('one call: a script error comes back as a BackendError in its slot, not thrown', async () => {
     const a = adapt(await clients.make(kind));
     const [r] = await a.run([{ script: FAIL, keys: [`${prefix}:f`], args: ['boom'] }]);

@@ -106,4 +106,30 @@ describe('redis session mode: lapses', () => {
     expect(await b.release(`${prefix}:F2`, token)).toBe(true);
     await b.close();
   });
+
+  test('two Locks on one backend share its sessions: a lock broken by forceRelease is reported to the Locks that holds it', async () => {
+    const b = redis(await clients.make('ioredis'), { session: true }) as RedisBackend;
+    const X = track(createLocks(b, { prefix, ttl: 900 }));
+    const Y = track(createLocks(b, { prefix, ttl: 900 }));
+    const admin = redis(await clients.make('ioredis'));
+    const x = await X.acquire('shared-x');
+    const y = await Y.acquire('shared-y');
+    // one session for both (same backend, same TTL)
+    const raw = await clients.make('ioredis');
+    const sx = (await raw.get(lockKey('shared-x')))!.split('|')[1];
+    expect((await raw.get(lockKey('shared-y')))!.split('|')[1]).toBe(sx);
+    // the :lost set is read (and emptied) by whichever renewal comes first: here neither X's
+    // keeper nor Y's, but a renewal of the shared session from outside both
+    expect(await admin.forceRelease!(`${prefix}:shared-y`)).not.toBeNull();
+    const [r] = await b.renewSessions!([sx!]);
+    expect(r!.ok).toBe(true);
+    // Y, which holds the lock, lost it at once; X's lease stands
+    expect(y.held).toBe(false);
+    expect(y.signal.reason).toBeInstanceOf(LeaseLostError);
+    expect(x.held).toBe(true);
+    // and the same with the other one, now through the keepers (whichever renews first)
+    expect(await admin.forceRelease!(`${prefix}:shared-x`)).not.toBeNull();
+    expect(await until(() => !x.held, 900)).toBe(true);
+    await admin.close();
+  });
 });

@@ -90,6 +90,15 @@ export const settledWithin = (p: Promise<unknown>, ms: number): Promise<boolean>
 
 export const isNoScript = (e: unknown) => e instanceof Error && /NOSCRIPT/i.test(e.message);
 
+/** The indexes of the replies that are NOSCRIPT errors (those calls did not run). */
+export function noScriptAt(res: readonly unknown[]): number[] {
+  const out: number[] = [];
+  res.forEach((r, i) => {
+    if (isNoScript(r)) out.push(i);
+  });
+  return out;
+}
+
 /**
  * A client error as a BackendError whose cause is scrubbed: ioredis attaches the command's
  * arguments (lease tokens) to reply errors, and a client error may reach the client's options.

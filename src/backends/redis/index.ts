@@ -14,6 +14,7 @@ import type {
   Grant,
   LockInfo,
   ResultStore,
+  LostCallback,
   SessionRenewal,
 } from '../../backend.js';
 import { toMs, type Duration } from '../../duration.js';
@@ -126,6 +127,11 @@ export class RedisBackend implements Backend {
   readonly renewSessions?: (sessions: readonly string[]) => Promise<SessionRenewal[]>;
   /** Session mode: a lease that hangs off a session is valid only while its lock's long PX surely lives. */
   readonly validUntil?: (key: string, token: string) => number | undefined;
+  /**
+   * Session mode: every Locks on this backend hears of each lease found lost (its session lapsed,
+   * its lock broken or overwritten), whichever Locks' renewal found it: they share the sessions.
+   */
+  readonly onLost?: (cb: LostCallback) => void;
   private readonly wakeups: Wakeups;
   private readonly watchers: Watchers;
   private closed = false;
@@ -145,6 +151,7 @@ export class RedisBackend implements Backend {
       this.sessions = sessions;
       this.renewSessions = (ids) => sessions.renew(ids);
       this.validUntil = (key, token) => sessions.validUntil(key, token);
+      this.onLost = (cb) => sessions.onLost(cb);
     }
   }
 

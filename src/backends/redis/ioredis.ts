@@ -7,6 +7,7 @@ import {
   hidden,
   isNoScript,
   keyPrefixOf,
+  noScriptAt,
   runPerNode,
   settledWithin,
   wrap,
@@ -119,24 +120,34 @@ export class IoredisAdapter implements RedisAdapter {
     this.corked = streams;
   }
 
+  /**
+   * A pipeline of EVALSHA; the calls refused with NOSCRIPT (they did not run) are sent again with
+   * EVAL, and only they: the others ran, and their replies stand (a call run twice would lose what
+   * its first run returned, such as a session's `:lost` tokens).
+   */
   private async runMany(calls: readonly ScriptCall[]): Promise<unknown[]> {
-    const once = async (useEval: boolean) => {
+    const once = async (batch: readonly ScriptCall[], useEval: boolean) => {
       this.beforeSend();
       const p = this.client.pipeline();
-      for (const { script: s, keys, args } of calls) {
+      for (const { script: s, keys, args } of batch) {
         if (useEval) p.eval(s.source, keys.length, ...keys, ...args);
         else p.evalsha(s.sha, keys.length, ...keys, ...args);
       }
       const out: [Error | null, unknown][] = await p.exec();
       return out.map(([err, r]) => err ?? r);
     };
-    let res = await once(false).catch((e) => {
+    const res = await once(calls, false).catch((e) => {
       throw wrap(e);
     });
-    if (res.some(isNoScript)) {
-      res = await once(true).catch((e) => {
+    const again = noScriptAt(res);
+    if (again.length > 0) {
+      const more = await once(
+        again.map((i) => calls[i]!),
+        true,
+      ).catch((e) => {
         throw wrap(e);
       });
+      again.forEach((i, j) => (res[i] = more[j]));
     }
     return res.map((r) => (r instanceof Error ? wrap(r) : r));
   }

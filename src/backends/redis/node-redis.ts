@@ -8,6 +8,7 @@ import {
   hidden,
   isNoScript,
   keyPrefixOf,
+  noScriptAt,
   settledWithin,
   wrap,
   type MessageListener,
@@ -67,16 +68,25 @@ export class NodeRedisAdapter implements RedisAdapter {
     }
     // node-redis pipelines every command issued in the same tick into one write (per node on a
     // cluster, where it routes each call by its first key and follows MOVED/ASK).
-    const once = (useEval: boolean) =>
+    // Only the calls refused with NOSCRIPT (they did not run) go again, with EVAL: the others
+    // ran, and their replies stand (a call run twice would lose what its first run returned).
+    const once = (batch: readonly ScriptCall[], useEval: boolean) =>
       Promise.all(
-        calls.map(({ script: s, keys, args }) => {
+        batch.map(({ script: s, keys, args }) => {
           const opts = { keys: [...keys], arguments: args.map(String) };
           const p = useEval ? this.client.eval(s.source, opts) : this.client.evalSha(s.sha, opts);
           return (p as Promise<unknown>).catch((e: unknown) => (e instanceof Error ? e : new Error(String(e))));
         }),
       );
-    let res = await once(false);
-    if (res.some(isNoScript)) res = await once(true);
+    const res = await once(calls, false);
+    const again = noScriptAt(res);
+    if (again.length > 0) {
+      const more = await once(
+        again.map((i) => calls[i]!),
+        true,
+      );
+      again.forEach((i, j) => (res[i] = more[j]));
+    }
     return res.map((r) => (r instanceof Error ? wrap(r) : r));
   }
 

@@ -4,7 +4,8 @@
  * refresh is due, in one round trip. RedisBackend (index.ts) delegates its session work here.
  */
 import { randomBytes } from 'node:crypto';
-import type { ExtendItem, SessionRenewal } from '../../backend.js';
+import type { ExtendItem, LostCallback, SessionRenewal } from '../../backend.js';
+import { BackendError } from '../../errors.js';
 import { driftMs } from '../../lease.js';
 import { now } from '../../wait.js';
 import type { RedisAdapter, ScriptCall } from './client.js';
@@ -58,6 +59,12 @@ export class Sessions {
   private readonly current = new Map<number, Session>();
   private readonly sessions = new Map<string, Session>();
   private readonly bound = new Map<string, Binding>();
+  /**
+   * Every Locks on this backend (`onLost`): a lost lease is reported to all of them (each looks
+   * up its own), since two Locks on one backend share its sessions, and the one whose renewal
+   * reads a session's `:lost` set may not hold the lease.
+   */
+  private readonly lostCbs = new Set<LostCallback>();
 
   /**
    * `lockPxMinMs`: RedisConfig.lockPxMinMs (LOCK_PX_MIN when absent); `fenceTtl`: the backend's
@@ -115,11 +122,32 @@ export class Sessions {
     settle?.();
   }
 
-  /** A session that lapsed (or may have): its key is never renewed or created again. */
+  /**
+   * A session that lapsed (or may have): its key is never renewed or created again, and every
+   * lease that hangs off it is reported lost at once (not at its next renewal).
+   */
   ended(s: Session): void {
+    if (s.dead) return;
     s.dead = true;
     if (this.current.get(s.ttlMs) === s) this.current.delete(s.ttlMs);
     this.sessions.delete(s.key);
+    if (this.lostCbs.size === 0) return;
+    const gone: Binding[] = [];
+    for (const b of this.bound.values()) if (b.session === s) gone.push(b);
+    for (const b of gone) this.lost(b, 'redis: its session key lapsed (not renewed in time, evicted or deleted)');
+  }
+
+  /** Registers a Locks' lost-lease callback (Backend.onLost). */
+  onLost(cb: LostCallback): void {
+    this.lostCbs.add(cb);
+  }
+
+  /** The lease of `b` is no longer held: unbound, and told to every Locks (onLost). */
+  private lost(b: Binding, why: string): void {
+    if (this.bound.get(b.token) === b) this.bound.delete(b.token);
+    if (this.lostCbs.size === 0) return;
+    const cause = new BackendError(why);
+    for (const cb of this.lostCbs) cb(b.key, b.token, cause);
   }
 
   /** An acquire naming `s`, sent at `sentAt`, had its reply (not 'gone'): the key lives for sure till then + TTL. */
@@ -179,8 +207,8 @@ export class Sessions {
       if (b.session.dead) this.bound.delete(b.token);
       else if (t >= b.validTo) {
         // no refresh confirmed in time: the lock's PX may have run out while its session lived
-        this.bound.delete(b.token);
         b.session.lost.push(b.token);
+        this.lost(b, "redis: its lock's PX may have run out (no refresh confirmed in time)");
       } else refresh.push(b);
     }
     // the lock's value names the session key as ACQUIRE stored it: with the client's keyPrefix
@@ -204,11 +232,12 @@ export class Sessions {
     refresh.forEach((b, i) => {
       // released or extended by itself meanwhile: no longer bound
       if (this.bound.get(b.token) !== b) return;
-      this.bound.delete(b.token);
       if (!flags[i]) {
         b.session.lost.push(b.token);
+        this.lost(b, 'redis: its lock was deleted or overwritten from outside (evicted?)');
         return;
       }
+      this.bound.delete(b.token);
       // confirmed: due again a third of the PX after this call was sent (the end of the order)
       const px = this.lockPx(b.session.ttlMs);
       b.refreshAt = t + px / 3;
@@ -222,7 +251,14 @@ export class Sessions {
         return { ok: false, lost: [] };
       }
       if (!s.dead) s.validUntil = Math.max(s.validUntil, t + s.ttlMs - driftMs(s.ttlMs));
-      const lost = [...s.lost, ...r.slice(1).map(String)];
+      // broken by forceRelease: the `:lost` set is read once, by whichever Locks renewed; every
+      // Locks on this backend hears of each token (onLost), the one that holds it loses it
+      const broken = r.slice(1).map(String);
+      for (const token of broken) {
+        const b = this.bound.get(token);
+        if (b) this.lost(b, 'redis: its lock was broken from outside (forceRelease)');
+      }
+      const lost = [...s.lost, ...broken];
       s.lost = [];
       return { ok: true, lost };
     });
