@@ -6,6 +6,7 @@
  */
 import { randomUUID } from 'node:crypto';
 import { afterAll, afterEach, describe, expect, test } from 'vitest';
+import type { Backend } from '../../src/backend.js';
 import { redis, type RedisBackend } from '../../src/backends/redis/index.js';
 import { ACQUIRE } from '../../src/backends/redis/scripts.js';
 import { createLocks, LeaseLostError, type Locks } from '../../src/index.js';
@@ -111,7 +112,7 @@ describe('redis session mode: lapses', () => {
     const b = redis(await clients.make('ioredis'), { session: true }) as RedisBackend;
     const X = track(createLocks(b, { prefix, ttl: 900 }));
     const Y = track(createLocks(b, { prefix, ttl: 900 }));
-    const admin = redis(await clients.make('ioredis'));
+    const admin: Backend = redis(await clients.make('ioredis'));
     const x = await X.acquire('shared-x');
     const y = await Y.acquire('shared-y');
     // one session for both (same backend, same TTL)
