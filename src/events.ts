@@ -46,6 +46,8 @@ export interface WaitEvent {
  * A configuration that works but is likely to hurt (the library never logs it itself).
  * `LEASEHOLD_SMALL_TTL`: a renewed lease whose TTL is below `MIN_RENEWABLE_TTL_MS`.
  * `LEASEHOLD_NODE_DOWN`: `fromUrl([...])` opened Redlock with a minority of its nodes unreachable.
+ * `LEASEHOLD_REDIS_EVICTION`: Redis session mode on a server with a `maxmemory` and a policy that
+ * evicts (docs/redis.md, "Eviction").
  */
 export interface WarningEvent {
   code: string;

@@ -367,38 +367,7 @@ return 1
 `,
 );
 
-/**
- * KEYS session lost; ARGV ttl → { 0 } (the session lapsed or was deleted) | { 1, token… }: its
- * expiry is set to ttl again, and the tokens of its locks broken since (forceRelease) are told.
- */
-export const RENEW_SESSION = script(`
-if redis.call('PEXPIRE', KEYS[1], ARGV[1]) == 0 then return { 0 } end
-local lost = redis.call('SMEMBERS', KEYS[2])
-if #lost > 0 then redis.call('DEL', KEYS[2]) end
-local out = { 1 }
-for _, t in ipairs(lost) do out[#out + 1] = t end
-return out
-`);
-
-/**
- * KEYS lock1 v1 fence1 …; ARGV value1 lockPx1 fenceTtl1 … → { 1 | 0, … }. The rare refresh of
- * the long PX of locks that hang off a session (value `<token>|<session>`): 0 if the lock is no
- * longer that value (deleted or overwritten from outside).
- */
-export const REFRESH_MANY = script(`
-local out = {}
-for i = 1, #KEYS, 3 do
-  if redis.call('GET', KEYS[i]) == ARGV[i] then
-    redis.call('PEXPIRE', KEYS[i], ARGV[i + 1])
-    redis.call('PEXPIRE', KEYS[i + 1], ARGV[i + 1])
-    redis.call('PEXPIRE', KEYS[i + 2], ARGV[i + 2])
-    out[#out + 1] = 1
-  else
-    out[#out + 1] = 0
-  end
-end
-return out
-`);
+export { REFRESH_MANY, RENEW_SESSION } from './session-scripts.js';
 
 /** KEYS result → the stored result or nil (a script, so both clients read it the same way) */
 export const GET_RESULT = script(`return redis.call('GET', KEYS[1])`);

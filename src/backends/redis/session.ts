@@ -6,11 +6,12 @@
 import { randomBytes } from 'node:crypto';
 import type { ExtendItem, LostCallback, SessionRenewal } from '../../backend.js';
 import { BackendError } from '../../errors.js';
+import { warn } from '../../events.js';
 import { driftMs } from '../../lease.js';
 import { now } from '../../wait.js';
 import type { RedisAdapter, ScriptCall } from './client.js';
 import { CHUNK } from './keys.js';
-import { REFRESH_MANY, RENEW_SESSION } from './scripts.js';
+import { EVICTION, REFRESH_MANY, RENEW_SESSION } from './session-scripts.js';
 
 /**
  * Session mode: the PX of a lock that hangs off a session, at least (3 × its TTL if longer). It
@@ -65,6 +66,13 @@ export class Sessions {
    * reads a session's `:lost` set may not hold the lease.
    */
   private readonly lostCbs = new Set<LostCallback>();
+  /**
+   * Sessions one of whose locks a refresh found changed (evicted, deleted, overwritten): the next
+   * renewal refreshes every lock of theirs, due or not (what removed one may have removed others).
+   */
+  private readonly suspect = new Set<Session>();
+  /** The server's eviction settings were checked and said (or found safe): not again. */
+  private evictionChecked = false;
 
   /**
    * `lockPxMinMs`: RedisConfig.lockPxMinMs (LOCK_PX_MIN when absent); `fenceTtl`: the backend's
@@ -98,7 +106,36 @@ export class Sessions {
     };
     this.current.set(ttlMs, s);
     this.sessions.set(s.key, s);
+    if (!this.evictionChecked) void this.checkEviction();
     return s;
+  }
+
+  /**
+   * At a new session: a server that may evict keys (a `maxmemory` with any policy but
+   * `noeviction`) is said once, as the warning LEASEHOLD_REDIS_EVICTION: it may evict a lock key
+   * of a live session (touched only at its rare refresh), and that holder hears of it only at that
+   * refresh (docs/redis.md, "Eviction"). Off the acquire path; an error (INFO refused, a
+   * connection down) says nothing, and the next new session checks again.
+   */
+  private async checkEviction(): Promise<void> {
+    this.evictionChecked = true;
+    try {
+      const [r] = await this.adapter.run([{ script: EVICTION, keys: [], args: [] }]);
+      if (!Array.isArray(r)) throw new Error('no reply');
+      const [max, policy] = r.map(String) as [string, string];
+      if (Number(max) === 0 || policy === 'noeviction') return;
+      const heard = warn({
+        code: 'LEASEHOLD_REDIS_EVICTION',
+        message:
+          `redis session mode on a server that evicts keys (maxmemory ${max}, maxmemory-policy ${policy}): ` +
+          "an evicted session key frees all of its process's locks, and an evicted lock key is noticed only " +
+          'at its refresh (up to a third of its PX, 200 s by default) while another process may take it; ' +
+          'use maxmemory-policy noeviction',
+      });
+      if (!heard) this.evictionChecked = false; // nobody listened: said again at a later session
+    } catch {
+      this.evictionChecked = false;
+    }
   }
 
   /**
@@ -202,6 +239,11 @@ export class Sessions {
       if (b.refreshAt > t) break; // grant (or refresh) order: the rest are due later
       due.push(b);
     }
+    if (this.suspect.size > 0) {
+      // every lock of a suspect session, due or not (the due ones are at the head, taken above)
+      for (const b of this.bound.values()) if (b.refreshAt > t && this.suspect.has(b.session)) due.push(b);
+      this.suspect.clear();
+    }
     const refresh: Binding[] = [];
     for (const b of due) {
       if (b.session.dead) this.bound.delete(b.token);
@@ -235,6 +277,7 @@ export class Sessions {
       if (!flags[i]) {
         b.session.lost.push(b.token);
         this.lost(b, 'redis: its lock was deleted or overwritten from outside (evicted?)');
+        if (!b.session.dead) this.suspect.add(b.session);
         return;
       }
       this.bound.delete(b.token);
