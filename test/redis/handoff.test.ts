@@ -329,3 +329,27 @@ describe('a hand-over message', () => {
     expect(d.w.take('{k|x}', 'mine')).toBeNull();
   });
 });
+
+test("dead waiters' values leave the values' hash with their places (a contended key does not pile them up)", async () => {
+  const b = redis(await clients.make('ioredis'), { placeTtl: 1000 }) as RedisBackend;
+  const key = `${prefix}:qv`;
+  const k = redisKeys(key);
+  const admin = await clients.make('ioredis');
+  const holder = randomUUID();
+  expect(await b.acquire(key, { token: holder, ttlMs: 10_000, value: 'h' })).not.toBeNull();
+  // 50 candidates with values queue once and die
+  for (let i = 0; i < 50; i++)
+    expect(await b.acquire(key, { token: randomUUID(), ttlMs: 10_000, queue: true, value: `dead-${i}` })).toBeNull();
+  expect(await admin.hlen(k.qv)).toBe(50);
+  await new Promise((r) => setTimeout(r, 1100)); // their places lapse
+  // a live candidate queues (the queue's keys are refreshed), then the holder releases: the
+  // lock goes past the dead to the live one
+  const live = randomUUID();
+  expect(await b.acquire(key, { token: live, ttlMs: 10_000, queue: true, value: 'live' })).toBeNull();
+  expect(await b.release(key, holder)).toBe(true);
+  expect(await admin.get(k.lock)).toBe(live);
+  expect(await admin.zcard(k.q)).toBe(0);
+  expect(await admin.hlen(k.qv)).toBe(0);
+  expect(await b.release(key, live)).toBe(true);
+  await b.close();
+});

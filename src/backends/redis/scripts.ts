@@ -26,7 +26,8 @@ import { script } from './client.js';
 
 /**
  * Lua shared by the scripts that grant or hand the lock on. `mint` issues the next fence;
- * `live_head` drops waiters whose place expired (in bulk, at most 8000 per call) and returns the
+ * `live_head` drops waiters whose place expired (from the queue and the values' hash, in bulk, at
+ * most 8000 per call) and returns the
  * first live one (or nil: none, or none found within that bound; never a head it did not check); `hand_over` gives a free lock to that waiter with a short claim lease and
  * tells it, on its backend's own channel, with one message (never its token).
  * A queue member is `<its backend's channel>|<token>`.
@@ -83,7 +84,7 @@ local function now_ms()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000), tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
-local function live_head(q, qx, now)
+local function live_head(q, qx, qv, now)
   for _ = 1, 16 do
     local head = redis.call('ZRANGE', q, 0, 0)[1]
     if not head then return nil end
@@ -94,12 +95,13 @@ local function live_head(q, qx, now)
     dead[#dead + 1] = head
     redis.call('ZREM', q, unpack(dead))
     redis.call('ZREM', qx, unpack(dead))
+    redis.call('HDEL', qv, unpack(dead))
   end
   -- still no live head after 8000 dead waiters: none is known, never an unchecked one
   return nil
 end
 local function hand_over(lock, fence, q, qx, v, qv, changed, claim, idle, now, us)
-  local head = live_head(q, qx, now)
+  local head = live_head(q, qx, qv, now)
   if not head then return end
   local sep = string.find(head, '|', 1, true)
   if not sep then
@@ -227,7 +229,7 @@ if cur == ARGV[1] then
 end
 local now, arrival = now_ms()
 if not cur then
-  local head = live_head(Q, QX, now)
+  local head = live_head(Q, QX, QV, now)
   if (not head) or head == member then
     redis.call('SET', L, val, 'PX', px)
     if head then unqueue() end
