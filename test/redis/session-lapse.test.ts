@@ -133,4 +133,23 @@ describe('redis session mode: lapses', () => {
     expect(await until(() => !x.held, 900)).toBe(true);
     await admin.close();
   });
+
+  test('a session past its expiry is dropped from the backend once no longer used (one per TTL was kept forever)', async () => {
+    const b = redis(await clients.make('ioredis'), { session: true }) as RedisBackend;
+    const current = (b as unknown as { sessions: { current: Map<number, unknown> } }).sessions.current;
+    const hold = async (ttlMs: number) => {
+      const token = randomUUID();
+      const key = `${prefix}:ttl-${ttlMs}`;
+      expect(await b.acquire(key, { token, ttlMs, renew: true })).not.toBeNull();
+      expect(await b.release(key, token)).toBe(true);
+    };
+    // 100 TTLs (jittered, say) used once each, then never again
+    for (let ttl = 50; ttl < 150; ttl++) await hold(ttl);
+    expect(current.size).toBeLessThanOrEqual(100); // (some may be dropped already)
+    await new Promise((r) => setTimeout(r, 300)); // their sessions' expiries pass
+    for (let ttl = 1000; ttl < 1100; ttl++) await hold(ttl);
+    expect([...current.keys()].filter((ttl) => ttl < 1000)).toEqual([]);
+    expect(current.size).toBe(100);
+    await b.close();
+  });
 });

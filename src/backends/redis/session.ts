@@ -107,7 +107,22 @@ export class Sessions {
     this.current.set(ttlMs, s);
     this.sessions.set(s.key, s);
     if (!this.evictionChecked) void this.checkEviction();
+    if (this.current.size >= this.sweepAt) this.sweep();
     return s;
+  }
+
+  /** `current` holds this many sessions: `sweep` runs (then twice as many as it left). */
+  private sweepAt = 16;
+
+  /**
+   * Ends every session past its expiry by our clock (as `session` would at its next use): one per
+   * TTL was kept forever, and jittered TTLs made thousands. Run as `current` doubles: amortised
+   * O(1) per new session.
+   */
+  private sweep(): void {
+    const t = now();
+    for (const s of [...this.current.values()]) if (s.confirmed && !s.creating && t >= s.validUntil) this.ended(s);
+    this.sweepAt = Math.max(16, 2 * this.current.size);
   }
 
   /**
