@@ -109,4 +109,36 @@ describe('redis session mode on an evicting server', () => {
     expect(lost).toEqual([`${prefix}:a`, `${prefix}:b`]);
     await b.close();
   });
+
+  test('a lock key overwritten with another type is that lease lost, not a failed renewal of every lease', async () => {
+    const c = await clients.make('ioredis');
+    const b = new RedisBackend(adapt(c), {
+      lingerMs: 2000,
+      placeMs: 3000,
+      fenceIdleMs: 86_400_000,
+      claimMs: 500,
+      session: true,
+      lockPxMinMs: 1500, // refresh due half a second after the grant
+    });
+    const lost: string[] = [];
+    b.onLost!((key) => lost.push(key));
+    const req = { ttlMs: 900, renew: true } as const;
+    const tokens = [randomUUID(), randomUUID()];
+    const [g] = await Promise.all(tokens.map((token, i) => b.acquire(`${prefix}:wt-${i}`, { ...req, token })));
+    const admin = await clients.make('ioredis');
+    await admin.del(lockKey('wt-0'));
+    await admin.hset(lockKey('wt-0'), 'x', '1'); // someone else's write, of another type
+    // renew as the engine would until both refreshes went (each renewal resolves)
+    const t0 = performance.now();
+    while (lost.length === 0 && performance.now() - t0 < 3000) {
+      await new Promise((r) => setTimeout(r, 100));
+      expect(await b.renewSessions!([g!.session!])).toEqual([{ ok: true, lost: expect.any(Array) }]);
+    }
+    expect(lost).toEqual([`${prefix}:wt-0`]);
+    // the other lease stands: its lock refreshed, its session renewed
+    expect(await admin.get(lockKey('wt-1'))).toMatch(new RegExp(`^${tokens[1]}\\|`));
+    expect(b.validUntil!(`${prefix}:wt-1`, tokens[1]!)).toBeGreaterThan(performance.now());
+    await admin.del(lockKey('wt-0'));
+    await b.close();
+  });
 });

@@ -21,12 +21,14 @@ return out
 /**
  * KEYS lock1 v1 fence1 …; ARGV value1 lockPx1 fenceTtl1 … → { 1 | 0, … }. The rare refresh of
  * the long PX of locks that hang off a session (value `<token>|<session>`): 0 if the lock is no
- * longer that value (deleted or overwritten from outside).
+ * longer that value (deleted or overwritten from outside, even with another type).
  */
 export const REFRESH_MANY = script(`
 local out = {}
 for i = 1, #KEYS, 3 do
-  if redis.call('GET', KEYS[i]) == ARGV[i] then
+  -- pcall: a key overwritten with another type (WRONGTYPE) is that lock lost, not an error
+  -- that fails the whole renewal (and so every lease of the process)
+  if redis.pcall('GET', KEYS[i]) == ARGV[i] then
     redis.call('PEXPIRE', KEYS[i], ARGV[i + 1])
     redis.call('PEXPIRE', KEYS[i + 1], ARGV[i + 1])
     redis.call('PEXPIRE', KEYS[i + 2], ARGV[i + 2])
