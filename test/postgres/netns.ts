@@ -26,6 +26,9 @@ function binDir(): string {
   return v && existsSync(`${root}/${v}/bin/pg_ctl`) ? `${root}/${v}/bin/` : '';
 }
 
+/** A locally administered unicast MAC address that neither end of the veth has. */
+const NOWHERE = '02:00:00:00:de:ad';
+
 export class PartitionedPg {
   readonly ns: string;
   private readonly outer: string;
@@ -100,13 +103,54 @@ export class PartitionedPg {
     }
   }
 
-  /** The link goes down: nothing passes either way, nobody is told. */
+  /**
+   * Nothing passes either way, nobody is told: each side's frames leave it normally but are
+   * addressed to a MAC address no one has, so the other end of the veth drops them on arrival
+   * (not for this host). Not `ip link set down`: that takes the carrier away, the sends then fail
+   * locally, and Linux retries a keepalive probe that could not be sent every 0.5 s without
+   * counting it, so the server would never end the session. (No `tc netem` or drop action in
+   * this kernel, hence the neighbour entries.)
+   */
   partition(): void {
-    run('ip', ['link', 'set', this.outer, 'down']);
+    run('ip', ['neigh', 'replace', this.serverIp, 'lladdr', NOWHERE, 'nud', 'permanent', 'dev', this.outer]);
+    run('ip', [
+      'netns',
+      'exec',
+      this.ns,
+      'ip',
+      'neigh',
+      'replace',
+      this.clientIp,
+      'lladdr',
+      NOWHERE,
+      'nud',
+      'permanent',
+      'dev',
+      this.inner,
+    ]);
   }
 
+  /**
+   * Resolves once the server has nothing unacknowledged on its TCP connections (Send-Q 0), so
+   * that a cut right after a reply does not lose the client's (delayed) ACK of it: the server
+   * would then be retransmitting, not probing, and Linux sends no keepalive while data is
+   * unacknowledged (it gives up only after `tcp_retries2`, ~15 min). Throws after `withinMs`.
+   */
+  async settled(withinMs = 5_000): Promise<void> {
+    const until = performance.now() + withinMs;
+    const args = ['netns', 'exec', this.ns, 'ss', '-Htn', 'state', 'established', `( sport = :${this.port} )`];
+    for (;;) {
+      const rows = run('ip', args).trim().split('\n').filter(Boolean);
+      if (rows.length > 0 && rows.every((r) => r.trim().split(/\s+/)[1] === '0')) return;
+      if (performance.now() > until) throw new Error(`the server's connections did not settle: ${rows.join(' | ')}`);
+      await new Promise((r) => setTimeout(r, 10));
+    }
+  }
+
+  /** Undoes `partition()`: the entries go, both sides find each other by ARP again. */
   heal(): void {
-    quiet('ip', ['link', 'set', this.outer, 'up']);
+    quiet('ip', ['neigh', 'del', this.serverIp, 'dev', this.outer]);
+    quiet('ip', ['netns', 'exec', this.ns, 'ip', 'neigh', 'del', this.clientIp, 'dev', this.inner]);
   }
 
   stop(): void {

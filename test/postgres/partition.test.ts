@@ -56,6 +56,7 @@ test('in a partition the server keeps the holder`s lock until after the holder`s
   const lease = await holder.acquire('k');
   let abortedAt = Infinity;
   lease.signal.addEventListener('abort', () => (abortedAt = performance.now()), { once: true });
+  await server.settled(); // the grant's reply acknowledged: the server probes, not retransmits
   server.partition();
   const cutAt = performance.now();
 
