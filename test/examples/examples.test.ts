@@ -11,7 +11,7 @@ import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { afterAll, beforeAll, describe, expect, test } from 'vitest';
+import { afterAll, beforeAll, describe, test } from 'vitest';
 import { fromUrl, type Backend } from '../../src/index.js';
 import { ensureBuilt } from '../../scripts/built.js';
 
@@ -97,8 +97,10 @@ beforeAll(async () => {
   }
 }, 120_000);
 
+// The examples mostly wait (timers, leases running out): they run a few at a time (vitest's
+// maxConcurrency), each in its own process, so each uses the test's own `expect`.
 describe.each(Object.keys(RECIPES))('examples/%s.ts', (recipe) => {
-  test.each(Object.keys(SERVERS))('on %s', async (server) => {
+  test.concurrent.for(Object.keys(SERVERS))('on %s', async (server, { expect }) => {
     const url = SERVERS[server];
     const r = await runExample(recipe, url ? [url] : []);
     const needs = RECIPES[recipe];
@@ -114,7 +116,7 @@ describe.each(Object.keys(RECIPES))('examples/%s.ts', (recipe) => {
 });
 
 describe('examples/shutdown.ts: SIGTERM releases the lock and exits 0', () => {
-  test.each(Object.keys(SERVERS))('on %s', async (server) => {
+  test.concurrent.for(Object.keys(SERVERS))('on %s', async (server, { expect }) => {
     const url = SERVERS[server];
     let sent = false;
     const r = await runExample('shutdown', url ? [url] : [], (line, kill) => {
@@ -131,7 +133,7 @@ describe('examples/shutdown.ts: SIGTERM releases the lock and exits 0', () => {
 });
 
 describe('the per-client examples', () => {
-  test.each(CLIENT_EXAMPLES)('examples/%s.ts', async (name) => {
+  test.concurrent.for(CLIENT_EXAMPLES)('examples/%s.ts', async (name, { expect }) => {
     const r = await runExample(name);
     expect(r.code, describeRun(r)).toBe(0);
     if (name !== 'demo') expect(lastLine(r.out)).toMatch(/^ok: /);
