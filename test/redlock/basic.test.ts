@@ -273,8 +273,12 @@ describe.each<[Kind, number]>([
     await a.release(k, t);
     expect(await a.results!.put(k, t, '"too late"', 60_000)).toBe(false);
     expect(await b.results!.get(k)).toBe('"done"'); // outlives the lock
-    const pttl = Number(await raw(cs[0]!, 'PTTL', `{${k}}:result`));
-    expect(pttl).toBeGreaterThan(50_000);
+    // stored with its own expiry on a majority (put answers once a majority has it: a slower
+    // node's write may still be on its way)
+    const pttls = await Promise.all(cs.map(async (c) => Number(await raw(c, 'PTTL', `{${k}}:result`))));
+    expect(pttls.filter((t) => t > 50_000).length, `PTTLs ${pttls.join(', ')}`).toBeGreaterThanOrEqual(
+      Math.floor(cs.length / 2) + 1,
+    );
   });
 
   it('a waiter whose lock was released before it subscribed returns at once', async () => {
