@@ -15,7 +15,8 @@ import { ioredis, pgClient, quit } from './lib/clients.js';
 import type { Ctx } from './lib/ctx.js';
 import { SOURCE_LABEL } from './lib/leasehold.js';
 import { installCleanup, ping, runCleanup } from './lib/procs.js';
-import { errText, now, within } from './lib/stats.js';
+import { runSection } from './lib/scope.js';
+import { errText, now } from './lib/stats.js';
 import { goals, subjectErrors } from './report/goals.js';
 import { markdown } from './report/markdown.js';
 import { waitChart } from './report/svg.js';
@@ -131,7 +132,7 @@ async function main(): Promise<number> {
     process.stderr.write(`[bench ${((now() - t0) / 1000).toFixed(1).padStart(5)}s] ${line}\n`);
   const runId = `${process.pid.toString(36)}${Date.now().toString(36)}`;
   const versions = await servicesOrExit();
-  const co = contendedOptions({ quick, runId, log });
+  const co = contendedOptions({ quick });
   const meta: Meta = {
     date: localDate(started),
     host: hostname(),
@@ -171,18 +172,19 @@ async function main(): Promise<number> {
     },
   };
   const results: Results = { meta, goals: [], errors: [] };
-  const ctx: Ctx = { quick, runId, log };
+  // outside any section (the readiness probes): a signal that never aborts
+  const ctx: Ctx = { quick, runId, log, signal: new AbortController().signal };
   const budget = quick ? 60_000 : 420_000;
-  const section = async <T>(name: Section, f: () => Promise<T>): Promise<T | undefined> => {
+  // a section past its budget is stopped (its processes killed, its clients closed) and the next
+  // one starts only once it has wound down; its late results are dropped (lib/scope.ts)
+  const section = async <T>(name: Section, f: (ctx: Ctx) => Promise<T>): Promise<T | undefined> => {
     if (!only.has(name)) return undefined;
     log(`== ${name}`);
-    try {
-      return await within(f(), budget, name);
-    } catch (e) {
-      results.errors.push({ section: name, error: errText(e) });
-      log(`${name} failed: ${errText(e)}`);
-      return undefined;
-    }
+    const out = await runSection(name, budget, (signal) => f({ ...ctx, signal }), { log });
+    if (out.ok) return out.value;
+    results.errors.push({ section: name, error: out.error });
+    log(`${name} failed: ${out.error}`);
+    return undefined;
   };
 
   const pgReady = only.has('postgres') ? await postgresReady(ctx) : null;
@@ -195,7 +197,7 @@ async function main(): Promise<number> {
   const etcdUp = only.has('etcd') ? await etcdReady(ctx) : null;
   if (etcdUp && !etcdUp.ready) results.errors.push({ section: 'etcd', error: etcdUp.reason });
 
-  results.uncontended = await section('uncontended', () => uncontended(ctx));
+  results.uncontended = await section('uncontended', (c) => uncontended(c));
   const plans: ContendedPlan[] = [
     { lib: 'leasehold', name: 'leasehold (redis)', config: 'push wake-up, fair queue' },
     { lib: 'sesamecare', name: '@sesamecare-oss/redlock', config: 'polls 200 ± 100 ms' },
@@ -232,15 +234,15 @@ async function main(): Promise<number> {
   if (only.has('zookeeper') && zkReady === null) {
     plans.push({ lib: 'leasehold-zk', name: 'leasehold (zookeeper)', config: 'predecessor watch, fair by sequence' });
   }
-  results.contended = await section('contended', () => contended(ctx, plans, co));
-  results.redlock = await section('redlock', () => redlockSection(ctx));
+  results.contended = await section('contended', (c) => contended(c, plans, co));
+  results.redlock = await section('redlock', (c) => redlockSection(c));
   if (results.redlock?.stall?.error)
     results.errors.push({ section: 'redlock stall', error: results.redlock.stall.error });
-  results.scale = await section('scale', () => scale(ctx));
-  if (pgReady) results.postgres = await section('postgres', () => postgresSection(ctx, pgReady));
-  if (zkReady === null) results.zookeeper = await section('zookeeper', () => zookeeperSection(ctx));
+  results.scale = await section('scale', (c) => scale(c));
+  if (pgReady) results.postgres = await section('postgres', (c) => postgresSection(c, pgReady));
+  if (zkReady === null) results.zookeeper = await section('zookeeper', (c) => zookeeperSection(c));
   if (results.zookeeper?.error) results.errors.push({ section: 'zookeeper', error: results.zookeeper.error });
-  if (etcdUp?.ready) results.etcd = await section('etcd', () => etcdSection(ctx, etcdUp.version, co));
+  if (etcdUp?.ready) results.etcd = await section('etcd', (c) => etcdSection(c, etcdUp.version, co));
   if (results.etcd?.error) results.errors.push({ section: 'etcd', error: results.etcd.error });
   for (const f of results.scale?.failures ?? []) results.errors.push({ section: `scale ${f.lib}`, error: f.error });
   for (const f of results.contended?.failures ?? [])

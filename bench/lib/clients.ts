@@ -5,6 +5,7 @@ import { Redis, type RedisOptions } from 'ioredis';
 import pg from 'pg';
 import postgresJs from 'postgres';
 import { createClient } from 'redis';
+import { closeOnStop } from './scope.js';
 import { errText, within } from './stats.js';
 
 export const HOST = '127.0.0.1';
@@ -14,6 +15,7 @@ export const PG_URL = 'postgres://postgres@127.0.0.1:5432/test';
 export async function ioredis(port: number, opts: RedisOptions = {}): Promise<Redis> {
   const c = new Redis({ host: HOST, port, lazyConnect: true, maxRetriesPerRequest: 1, connectTimeout: 2000, ...opts });
   c.on('error', () => {}); // surfaced by the failing command instead
+  closeOnStop(() => c.disconnect());
   try {
     await c.connect();
   } catch (e) {
@@ -40,6 +42,7 @@ export type NodeRedis = ReturnType<typeof newNodeRedis>;
 export async function nodeRedis(port: number): Promise<NodeRedis> {
   const c = newNodeRedis(port);
   c.on('error', () => {});
+  closeOnStop(() => c.destroy());
   await c.connect();
   return c;
 }
@@ -58,6 +61,7 @@ export const ETCD_HOSTS = (process.env.LEASEHOLD_ETCD_HOSTS ?? `${HOST}:2379`).s
 /** An etcd3 client, checked with one call (fails fast when etcd is down). */
 export async function etcdClient(): Promise<Etcd3> {
   const c = new Etcd3({ hosts: ETCD_HOSTS.map((h) => `http://${h}`), dialTimeout: 2000 });
+  closeOnStop(() => c.close());
   try {
     await within(c.maintenance.status(), 3000, 'etcd status');
   } catch (e) {
@@ -75,6 +79,7 @@ export async function etcdClient(): Promise<Etcd3> {
 export async function pgClient(): Promise<pg.Client> {
   const c = new pg.Client({ connectionString: PG_URL, connectionTimeoutMillis: 3000 });
   c.on('error', () => {});
+  closeOnStop(() => c.end());
   await c.connect();
   return c;
 }
@@ -82,12 +87,15 @@ export async function pgClient(): Promise<pg.Client> {
 export function pgPool(max: number): pg.Pool {
   const p = new pg.Pool({ connectionString: PG_URL, max, connectionTimeoutMillis: 3000 });
   p.on('error', () => {});
+  closeOnStop(() => p.end());
   return p;
 }
 
 /** A postgres.js client (the other Postgres driver leasehold supports), `max` connections. */
 export function postgresJsClient(max: number): postgresJs.Sql {
-  return postgresJs(PG_URL, { max, connect_timeout: 3, onnotice: () => {} });
+  const sql = postgresJs(PG_URL, { max, connect_timeout: 3, onnotice: () => {} });
+  closeOnStop(() => sql.end({ timeout: 0 }));
+  return sql;
 }
 
 /** A backend factory that other engineers are still building: present and working, or why not. */

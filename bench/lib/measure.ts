@@ -1,4 +1,5 @@
 /** Acquire+release latency loops over a Subject: sequential (one lane) or N lanes on N keys. */
+import { currentScope, throwIfStopped } from './scope.js';
 import { errText, now, percentile, round, roundSummary, Samples, summarize, within, type Summary } from './stats.js';
 import type { Subject } from './subjects.js';
 
@@ -70,9 +71,11 @@ export async function latencyLoop(subject: Subject, o: LoopOptions, into: Latenc
   const maxErrors = o.maxErrors ?? 50;
   const bound = <T>(p: Promise<T>, what: string) =>
     o.opTimeoutMs === undefined ? p : within(p, o.opTimeoutMs, `${subject.name} ${what}`);
+  // a section stopped past its budget (scope.ts): its lanes end at their next operation
+  const stop = currentScope()?.signal;
   const lane = async (key: string) => {
     let errors = 0;
-    for (let i = 0; i < perLane && now() < end && errors < maxErrors; i++) {
+    for (let i = 0; i < perLane && now() < end && errors < maxErrors && !stop?.aborted; i++) {
       const t0 = now();
       try {
         const held = await bound(subject.acquire(key), 'acquire');
@@ -132,6 +135,7 @@ export async function interleaved(
   for (const s of subjects) {
     const o = mkOptions(s, -1);
     await latencyLoop(s, { ...o, durationMs: warmupMs, maxOps: 2000 * o.keys.length }, emptyRaw());
+    throwIfStopped();
   }
   for (let r = 0; r < rounds; r++) {
     const order = subjects.map((_, i) => subjects[(i + r) % subjects.length]!);
@@ -140,6 +144,7 @@ export async function interleaved(
       const from = raw.total.length;
       const t = now();
       await latencyLoop(s, mkOptions(s, r), raw);
+      throwIfStopped();
       const slice = (x: Samples) => Float64Array.from(x.values().subarray(from)).sort();
       raw.rounds.p50.push(percentile(slice(raw.total), 50));
       raw.rounds.acquireP50.push(percentile(slice(raw.acquire), 50));

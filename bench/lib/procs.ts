@@ -1,7 +1,8 @@
 /**
  * Processes the bench owns: extra redis-server instances (on free ports) and forked
  * workers. Everything started here is registered and killed on exit — normal, thrown, or on
- * SIGINT/SIGTERM. A leftover server from an earlier crashed run is recognised by its pidfile
+ * SIGINT/SIGTERM — and, when started by a section that runs past its time budget, when that
+ * section is stopped (scope.ts). A leftover server from an earlier crashed run is recognised by its pidfile
  * and command line and removed; a port held by anything else is never touched.
  */
 import { type ChildProcess, fork, spawn } from 'node:child_process';
@@ -9,6 +10,7 @@ import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, unlinkSync, w
 import { createConnection } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { currentScope } from './scope.js';
 import { sleep } from './stats.js';
 
 const STATE = join(tmpdir(), 'leasehold-bench');
@@ -61,6 +63,8 @@ export async function runCleanup(): Promise<void> {
 function track(p: ChildProcess): ChildProcess {
   owned.add(p);
   p.once('exit', () => owned.delete(p));
+  // killed with its section when that one runs past its budget (scope.ts)
+  currentScope()?.adopt(p);
   return p;
 }
 

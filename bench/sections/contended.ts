@@ -85,7 +85,9 @@ function nextMessage(w: ChildProcess, type: FromWorker['type'], ms: number): Pro
   });
 }
 
-const tell = (w: ChildProcess, m: ToWorker) => w.send(m);
+// with a callback: a send to a worker that is gone (killed with a stopped section) is not an
+// 'error' event, which, unhandled, would end the bench; nextMessage reports the worker's exit
+const tell = (w: ChildProcess, m: ToWorker) => w.send(m, () => {});
 
 class Pool {
   private constructor(readonly workers: ChildProcess[]) {}
@@ -182,7 +184,7 @@ export interface ContendedOptions {
   redisPort?: number;
 }
 
-export function contendedOptions(ctx: Ctx): ContendedOptions {
+export function contendedOptions(ctx: Pick<Ctx, 'quick'>): ContendedOptions {
   return ctx.quick
     ? { workers: 8, grants: 160, csMs: 1, deadlineMs: 8_000, warmGrants: 0 }
     : { workers: 8, grants: 2_000, csMs: 1, deadlineMs: 45_000, warmGrants: 2_000 };
@@ -200,6 +202,7 @@ export async function contended(
   const admin = await ioredis(o.redisPort ?? 6379);
   try {
     for (const plan of plans) {
+      ctx.signal.throwIfAborted(); // past the section's budget: no next library
       pool ??= Pool.start(o.workers);
       const key = `bench:${ctx.runId}:contended:${plan.lib}`;
       const per = Math.ceil(o.grants / o.workers);

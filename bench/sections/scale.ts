@@ -7,6 +7,7 @@ import { Cluster } from 'ioredis';
 import { freePort } from '../../test/support/ports.js';
 import type { Ctx } from '../lib/ctx.js';
 import { forkTs, onCleanup, RedisServer, stopChild } from '../lib/procs.js';
+import { closeOnStop } from '../lib/scope.js';
 import { errText } from '../lib/stats.js';
 import type { ScaleResult, ScaleSpec } from '../scale-child.js';
 
@@ -20,6 +21,7 @@ async function clusterUp(): Promise<boolean> {
   }));
   const c = new Cluster(nodes, { lazyConnect: true, clusterRetryStrategy: () => null });
   c.on('error', () => {});
+  closeOnStop(() => c.disconnect());
   try {
     await c.connect();
     return /cluster_state:ok/.test(String(await c.cluster('INFO')));
@@ -60,7 +62,7 @@ function runChild(spec: ScaleSpec, timeoutMs: number): Promise<ScaleResult> {
       clearTimeout(t);
       reject(new Error(`scale child (${spec.lib}) exited with ${code}`));
     });
-    child.send(spec);
+    child.send(spec, () => {}); // a child already gone reports through 'exit'
   }).finally(() => stopChild(child));
 }
 
@@ -76,6 +78,7 @@ export async function scale(ctx: Ctx): Promise<ScaleSection> {
   const out: ScaleSection = { n, windowMs, ttlMs, port, results: [], failures: [] };
   try {
     for (const lib of ['leasehold', 'redis-semaphore'] as const) {
+      ctx.signal.throwIfAborted(); // past the section's budget: no next child
       ctx.log(`${lib}: ${n} leases, ttl ${ttlMs}ms, window ${windowMs}ms`);
       try {
         const r = await runChild({ lib, n, windowMs, ttlMs, port }, windowMs + 60_000);
@@ -95,6 +98,7 @@ export async function scale(ctx: Ctx): Promise<ScaleSection> {
       ctx.quick ? [{ m, control: false }] : [false, true].map((control) => ({ m, control })),
     );
     for (const { m, control } of sessionRuns) {
+      ctx.signal.throwIfAborted();
       ctx.log(
         `leasehold-session${control ? ' (control: held, not renewed)' : ''}: ${m} leases, ttl ${ttlMs}ms, window ${windowMs}ms`,
       );
@@ -114,6 +118,7 @@ export async function scale(ctx: Ctx): Promise<ScaleSection> {
   } finally {
     await server.stop();
   }
+  ctx.signal.throwIfAborted();
   if (await clusterUp()) {
     ctx.log(`leasehold on Redis Cluster: ${n} leases, ttl ${ttlMs}ms, window ${windowMs}ms`);
     try {

@@ -8,6 +8,7 @@ import type { ZookeeperBackend } from '../../src/backends/zookeeper/index.js';
 import { connectZookeeper } from '../lib/leasehold.js';
 import type { Ctx } from '../lib/ctx.js';
 import { sequentialRows, type LatencyResult } from '../lib/measure.js';
+import { closeOnStop } from '../lib/scope.js';
 import { errText } from '../lib/stats.js';
 import { driverSubject, leaseholdSubject, type Subject } from '../lib/subjects.js';
 
@@ -21,8 +22,11 @@ export interface ZookeeperSection {
 }
 
 /** leasehold's own client, as fromUrl makes it (session timeout = the ttl). */
-export const zkBackend = (): Promise<ZookeeperBackend> =>
-  connectZookeeper(ZK_HOSTS, { sessionTimeout: times.ttlMs, connectTimeout: 5000 });
+export const zkBackend = async (): Promise<ZookeeperBackend> => {
+  const b = await connectZookeeper(ZK_HOSTS, { sessionTimeout: times.ttlMs, connectTimeout: 5000 });
+  closeOnStop(() => b.close()); // closed with a section stopped past its budget (lib/scope.ts)
+  return b;
+};
 
 type Cb = (e: unknown, r?: unknown) => void;
 const call = (fn: (cb: Cb) => void): Promise<unknown> =>
@@ -33,6 +37,7 @@ async function rawSubject(runId: string): Promise<Subject> {
   const name: string = 'node-zookeeper-client';
   const zk = ((await import(name)) as { default?: any }).default ?? (await import(name));
   const c = zk.createClient(ZK_HOSTS, { sessionTimeout: times.ttlMs });
+  closeOnStop(() => c.close());
   await new Promise<void>((resolve, reject) => {
     const t = setTimeout(() => reject(new Error(`ZooKeeper at ${ZK_HOSTS} did not answer`)), 5000);
     c.once('connected', () => (clearTimeout(t), resolve()));
