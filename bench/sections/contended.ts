@@ -31,6 +31,11 @@ export interface ContendedRun {
   /** fraction of grants that went to a different worker than the previous grant */
   switchRatio: number;
   /**
+   * the same, unrounded: `count` of the `of` consecutive grant pairs changed holder (switchRatio,
+   * rounded to 0.1 %, shows 1 with one pair in 2,000 unchanged). Absent before 2026-12-05.
+   */
+  switches?: { count: number; of: number };
+  /**
    * ms from one holder's release call to the next grant (whoever gets it), p50 and p99: with the
    * critical section (`meanHoldMs`) it makes the time per grant, so handoffs/s ≈ 1000 / (hold +
    * handoff). Absent in results from before 2026-12-03.
@@ -157,6 +162,7 @@ function aggregate(plan: ContendedPlan, results: WorkerResult[]): ContendedRun {
     handoffsPerSec: Math.round(waits.length / ((end - start) / 1000)),
     wait: roundSummary(summarize(waits)),
     switchRatio: round(grants.length > 1 ? switches / (grants.length - 1) : 0),
+    switches: { count: switches, of: Math.max(0, grants.length - 1) },
     handoff: { p50: round(percentile(byGap, 50)), p99: round(percentile(byGap, 99)) },
     perWorker: results.map((r) => r.waits.length),
     meanHoldMs: round(results.reduce((s, r) => s + r.meanHoldMs * r.waits.length, 0) / Math.max(1, waits.length)),

@@ -164,51 +164,117 @@ describe('errors', () => {
   });
 });
 
-describe('P2 tail', () => {
-  const run = (lib: ContendedRun['lib'], name: string, p99: number, max: number, over50ms?: number): ContendedRun => ({
-    lib,
-    name,
-    config: '',
-    workers: 8,
-    grants: 2000,
-    elapsedMs: 4000,
-    handoffsPerSec: 500,
-    wait: { n: 2000, mean: 10, p50: 5, p90: 20, p99, max, min: 0 },
-    switchRatio: 1,
-    perWorker: [],
-    meanHoldMs: 1,
-    cpuMsPerGrant: 1,
-    commandsPerGrant: 2,
-    errors: 0,
-    incomplete: false,
-    cdf: [
-      [0.5, 5],
-      [0.98, 40],
-      [0.99, p99],
-      [0.999, max / 2],
-      [1, max],
-    ],
-    ...(over50ms === undefined ? {} : { over50ms }),
-  });
-
-  test("states each row's p99.9 and share of waits over 50 ms, and the max against the peer with the lowest max", () => {
+describe("P2: issue #16's five conditions", () => {
+  interface Row {
+    p99?: number;
+    max?: number;
+    rate?: number;
+    cpu?: number;
+    switchRatio?: number;
+    switches?: ContendedRun['switches'];
+    over50ms?: number;
+  }
+  const run = (lib: ContendedRun['lib'], name: string, o: Row = {}): ContendedRun => {
+    const { p99 = 8, max = 40, rate = 600, cpu = 0.5, switchRatio = 1, switches, over50ms } = o;
+    return {
+      lib,
+      name,
+      config: '',
+      workers: 8,
+      grants: 2000,
+      elapsedMs: 4000,
+      handoffsPerSec: rate,
+      wait: { n: 2000, mean: 10, p50: 5, p90: 20, p99, max, min: 0 },
+      switchRatio,
+      ...(switches ? { switches } : {}),
+      perWorker: [],
+      meanHoldMs: 1,
+      cpuMsPerGrant: cpu,
+      commandsPerGrant: 2,
+      errors: 0,
+      incomplete: false,
+      cdf: [
+        [0.5, 5],
+        [0.98, 40],
+        [0.99, p99],
+        [0.999, max / 2],
+        [1, max],
+      ],
+      ...(over50ms === undefined ? {} : { over50ms }),
+    };
+  };
+  const p2 = (ours: Row, peers: [Row, Row] = [{}, {}]) => {
     const r = results([]);
     r.contended = {
       options: {} as NonNullable<Results['contended']>['options'],
       failures: [],
       runs: [
-        run('leasehold', 'ours', 30, 45, 0),
-        run('sesamecare', 'poller A', 3, 2000, 0.012),
-        run('semaphore', 'poller B', 200, 500),
+        run('leasehold', 'ours', ours),
+        // a poller: faster, lower CPU, a long max
+        run('sesamecare', 'poller A', { p99: 3, max: 2000, rate: 580, cpu: 0.6, switchRatio: 0.01, ...peers[0] }),
+        run('semaphore', 'poller B', { p99: 200, max: 500, rate: 550, cpu: 0.9, switchRatio: 0.1, ...peers[1] }),
+        // the diagnostic fair floor is not a peer: faster, less CPU, shorter max than any of them
+        run('fair-raw', 'fair floor', { p99: 2, max: 3, rate: 5000, cpu: 0.01 }),
       ],
     };
-    const g = goals(r).find((x) => x.id === 'P2')!;
-    // the p99 comparison (the target) is unchanged: against the lowest p99
-    expect(g.measured).toMatch(/^p99 30 ms vs poller A 3 ms/);
-    expect(g.measured).toContain('max 45 ms vs the lowest peer max (poller B) 500 ms: 0.09×');
+    return goals(r).find((x) => x.id === 'P2')!;
+  };
+
+  test('is met when all five hold against the peers (not the fair floor)', () => {
+    // 600 ≥ 580/s; every grant switched; p99 8 ≤ 10 ms; max 40 ≤ 500 / 10; CPU 0.5 ≤ 0.6 ms
+    const g = p2({});
+    expect(g.target).toBe(
+      "handoffs/s ≥ the fastest peer's; 100 % holder switches; p99 wait ≤ 10 ms; " +
+        "max wait ≤ 1/10 of the best peer's max; client CPU per grant ≤ the best peer's",
+    );
+    expect(g.met).toBe(true);
+    expect(g.ratio).toBe(1.034);
+    expect(g.measured).toMatch(/^handoffs\/s 600 vs the fastest peer \(poller A\) 580: 1\.034× — met; /);
+    expect(g.measured).toContain('holder switches 100 % (rounded) — met');
+    expect(g.measured).toContain('p99 wait 8 ms vs the 10 ms bound — met');
+    expect(g.measured).toContain('max wait 40 ms vs the best peer max (poller B) 500 ms: 0.08×, bound 50 ms — met');
+    expect(g.measured).toContain('client CPU per grant 0.5 ms vs the best peer (poller A) 0.6 ms: 0.833× — met');
+    expect(g.measured).toContain('; all five met; ');
+  });
+
+  test.each([
+    ['handoffs/s', { rate: 579 }],
+    ['holder switches', { switchRatio: 0.99 }],
+    ['p99', { p99: 10.5 }],
+    ['max', { max: 51 }],
+    ['CPU per grant', { cpu: 0.61 }],
+  ] as const)('one condition missed (%s) is a miss, named', (name, row) => {
+    const g = p2(row);
+    expect(g.met).toBe(false);
+    expect(g.measured).toContain(`; missed: ${name}; tails: `);
+  });
+
+  test('each bound is against the right peer: the fastest, the lowest max, the lowest CPU', () => {
+    // poller B now the fastest (700/s) and the lowest CPU (0.4): both missed; the max bound is poller A's 300 ms / 10
+    const g = p2({ max: 31 }, [{ max: 300 }, { rate: 700, cpu: 0.4 }]);
+    expect(g.measured).toContain('handoffs/s 600 vs the fastest peer (poller B) 700');
+    expect(g.measured).toContain('max wait 31 ms vs the best peer max (poller A) 300 ms: 0.103×, bound 30 ms — missed');
+    expect(g.measured).toContain('client CPU per grant 0.5 ms vs the best peer (poller B) 0.4 ms');
+    expect(g.measured).toContain('; missed: handoffs/s, max, CPU per grant; ');
+  });
+
+  test('100 % holder switches is judged on the exact count when the run has it', () => {
+    // one unchanged pair in 1,999: the rounded ratio says 1
+    const g = p2({ switchRatio: 1, switches: { count: 1998, of: 1999 } });
+    expect(g.met).toBe(false);
+    expect(g.measured).toContain('holder switches 1998 of 1999 — missed');
+    expect(p2({ switches: { count: 1999, of: 1999 } }).met).toBe(true);
+  });
+
+  test("states each row's p99.9 and share of waits over 50 ms", () => {
+    const g = p2({ p99: 30, max: 45, over50ms: 0 }, [
+      { p99: 3, max: 2000, over50ms: 0.012 },
+      { p99: 200, max: 500 },
+    ]);
     expect(g.measured).toContain('poller A p99.9 1000 ms, 1.2 % over 50 ms');
     // no stored count: read off the quantiles, as an upper bound
     expect(g.measured).toContain('poller B p99.9 250 ms, ≤ 2 % over 50 ms');
     expect(g.measured).toContain('ours p99.9 22.5 ms, 0 % over 50 ms');
+    expect(g.measured).not.toContain('fair floor');
   });
 });
