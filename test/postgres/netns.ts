@@ -112,7 +112,19 @@ export class PartitionedPg {
    * this kernel, hence the neighbour entries.)
    */
   partition(): void {
-    run('ip', ['neigh', 'replace', this.serverIp, 'lladdr', NOWHERE, 'nud', 'permanent', 'dev', this.outer]);
+    this.cut('toServer');
+    this.cut('toClient');
+  }
+
+  /**
+   * One direction of `partition()`: 'toServer' drops what the client sends (its ACKs too),
+   * 'toClient' what the server sends.
+   */
+  cut(direction: 'toServer' | 'toClient'): void {
+    if (direction === 'toServer') {
+      run('ip', ['neigh', 'replace', this.serverIp, 'lladdr', NOWHERE, 'nud', 'permanent', 'dev', this.outer]);
+      return;
+    }
     run('ip', [
       'netns',
       'exec',
@@ -138,11 +150,26 @@ export class PartitionedPg {
    */
   async settled(withinMs = 5_000): Promise<void> {
     const until = performance.now() + withinMs;
-    const args = ['netns', 'exec', this.ns, 'ss', '-Htn', 'state', 'established', `( sport = :${this.port} )`];
     for (;;) {
-      const rows = run('ip', args).trim().split('\n').filter(Boolean);
-      if (rows.length > 0 && rows.every((r) => r.trim().split(/\s+/)[1] === '0')) return;
-      if (performance.now() > until) throw new Error(`the server's connections did not settle: ${rows.join(' | ')}`);
+      const queues = this.sendQueues();
+      if (queues.length > 0 && queues.every((q) => q === 0)) return;
+      if (performance.now() > until) throw new Error(`the server's connections did not settle: ${queues.join(' ')}`);
+      await new Promise((r) => setTimeout(r, 10));
+    }
+  }
+
+  /** The Send-Q (bytes the client has not acknowledged) of each of the server's TCP connections. */
+  private sendQueues(): number[] {
+    const args = ['netns', 'exec', this.ns, 'ss', '-Htn', 'state', 'established', `( sport = :${this.port} )`];
+    const rows = run('ip', args).trim().split('\n').filter(Boolean);
+    return rows.map((r) => Number(r.trim().split(/\s+/)[1]));
+  }
+
+  /** Resolves once one of the server's TCP connections has data unacknowledged. */
+  async unacked(withinMs = 5_000): Promise<void> {
+    const until = performance.now() + withinMs;
+    while (!this.sendQueues().some((q) => q > 0)) {
+      if (performance.now() > until) throw new Error('no data of the server went unacknowledged');
       await new Promise((r) => setTimeout(r, 10));
     }
   }

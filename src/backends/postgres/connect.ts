@@ -5,6 +5,7 @@
  */
 import { BackendError, ClosedError, LeaseholdError } from '../../errors.js';
 import { backendError, timed, type Conn, type Db } from './client.js';
+import { BASE_IDLE_S, userTimeout } from './keepalive.js';
 import { noTimeouts, type Statements } from './sql.js';
 
 /**
@@ -63,9 +64,10 @@ export async function openSession(
       await probeSession(db, conn, pid, timeoutMs, pidOf);
     }
     // generic plans for the lock statements from their first run (no re-planning per call);
-    // TCP keepalives, as on waiter connections: the server ends a session (and lets go of its
-    // locks) within ~8 s of a vanished client host while it holds no lease, not the OS default of ~2 h;
-    // a grant raises the idle time to its lease's TTL (keepalive.ts). None of the
+    // TCP keepalives and tcp_user_timeout (12+), as on waiter connections: the server ends a
+    // session (and lets go of its locks) within ~8 s of a vanished client host or a partition
+    // while it holds no lease (not the OS's ~2 h, or ~15 min with a reply unacknowledged); a grant
+    // raises both to its lease's TTL (keepalive.ts). None of the
     // pool's timeouts: a statement cancelled (statement_timeout) or the session ended while idle
     // (idle_session_timeout) would lose every lease.
     const [set] = await timed(
@@ -73,7 +75,8 @@ export async function openSession(
         `SELECT pg_backend_pid() AS pid,
           set_config('plan_cache_mode', 'force_generic_plan', false) AS plans,
           set_config('tcp_keepalives_idle', '5', false) AS i, set_config('tcp_keepalives_interval', '1', false) AS v,
-          set_config('tcp_keepalives_count', '3', false) AS n, ${noTimeouts}`,
+          set_config('tcp_keepalives_count', '3', false) AS n, ${userTimeout(String(BASE_IDLE_S))} AS u,
+          ${noTimeouts}`,
       ),
       timeoutMs,
       'connect',

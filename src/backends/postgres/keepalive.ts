@@ -11,12 +11,22 @@
  * A connection with no lease on it keeps 5 s (a vanished client host loses its session within
  * ~8 s); a raised value stays until the connection goes back to the pool, where it is reset.
  *
+ * Linux sends keepalive probes only on a socket with nothing unacknowledged: when the partition
+ * swallows the client's ACK of a reply, the server retransmits instead, never probes, and gives
+ * up only after `tcp_retries2` (~15 min). So `tcp_user_timeout` (PostgreSQL 12+; ms) is set with
+ * the keepalives to the idle time + the probes, and raised with the idle time in the same
+ * statement: the server ends the session once data it sent stays unacknowledged that long, counted
+ * from its sending (after the statement it answers was sent: the same bound). With keepalives
+ * Linux ends a session by it once a probe went unanswered past it: equal to idle + probes, the
+ * two bounds agree. Servers before 12 have no such setting (skipped there).
+ *
  * Linux refuses a TCP_KEEPIDLE above 32767 s (Postgres then keeps the old value): the value is
- * clamped there, and a lease's local validity is capped at (send time of the last answered
- * statement) + the clamped idle + 3 s − a margin, so the client's belief never outlasts the
- * server's. Unix-socket connections have no keepalives (the server ignores the setting) and no
- * partitions. Between a session-mode pooler and the server the setting applies to the pooler's
- * server connection; the client's own link to the pooler is the pooler's keepalive settings'.
+ * clamped there (the user timeout at 32770000 ms), and a lease's local validity is capped at
+ * (send time of the last answered statement) + the clamped idle + 3 s − a margin, so the
+ * client's belief never outlasts the server's. Unix-socket connections have no keepalives, no
+ * user timeout (the server ignores both settings) and no partitions. Between a session-mode
+ * pooler and the server the settings apply to the pooler's server connection; the client's own
+ * link to the pooler is the pooler's keepalive settings'.
  */
 import type { Conn } from './client.js';
 
@@ -25,9 +35,19 @@ export const BASE_IDLE_S = 5;
 /** Linux's largest TCP_KEEPIDLE (s). */
 export const MAX_IDLE_S = 32_767;
 /** interval 1 s × count 3: the probes after the idle time, before the server gives up. */
-const PROBES_MS = 3_000;
+export const PROBES_MS = 3_000;
 /** Kept off the bound: timer granularity, clock rates. */
 const MARGIN_MS = 1_000;
+
+/**
+ * A select-list expression that sets `tcp_user_timeout` to match a keepalive idle time of
+ * `idleS` (an SQL int4 expression, seconds): idle + the probes, in ms. PostgreSQL 12+ only (an
+ * older server has no such setting: '' there, never null, so it can sit in a CASE guard).
+ */
+export function userTimeout(idleS: string): string {
+  return `CASE WHEN current_setting('server_version_num')::int >= 120000
+        THEN set_config('tcp_user_timeout', ((${idleS}) * 1000 + ${PROBES_MS})::text, false) ELSE '' END`;
+}
 
 /** The idle time (s) a lease of `ttlMs` needs from its connection, clamped to Linux's maximum. */
 export function idleFor(ttlMs: number): number {

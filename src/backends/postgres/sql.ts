@@ -28,6 +28,7 @@
  * come back as `::text`, so user type parsers (int8 → number) cannot lose precision.
  */
 import type { Queryable } from './client.js';
+import { BASE_IDLE_S, userTimeout } from './keepalive.js';
 import { advisoryKey } from './keys.js';
 
 /** Serialises concurrent migrations (and first-use creation) across processes. */
@@ -58,7 +59,7 @@ export interface Statements {
   /**
    * $1 advisory key, $2 key, $3 the session's server pid, $4 the server's start (µs, as `epoch`
    * read it), $5 the epoch, $6 the fence sequence's OID (as `epoch` read it), $7 the TCP keepalive idle time (s) to set once
-   * granted, or 0 (keepalive.ts) → { r }: r = the
+   * granted (tcp_user_timeout to match), or 0 (keepalive.ts) → { r }: r = the
    * fence (decimal digits: granted), 'held', `w<ms>` (a runExclusive window has ms left), 'moved'
    * (the statement ran on another server session: a transaction pooler; nothing was locked),
    * 'restarted' (another server start than the epoch's), 'sequence' (the sequence was re-created
@@ -100,8 +101,9 @@ export interface Statements {
    */
   readonly bumpEpoch: string;
   /**
-   * $1 the TCP keepalive idle time (s) to set, or 0 → { pid, k }: the server pid that ran it and
-   * the advisory keys (as classid:objid, space-separated, null: none) this connection holds.
+   * $1 the TCP keepalive idle time (s) to set (tcp_user_timeout to match), or 0 → { pid, k }: the
+   * server pid that ran it and the advisory keys (as classid:objid, space-separated, null: none)
+   * this connection holds.
    */
   readonly heldHere: string;
   /**
@@ -216,13 +218,14 @@ export function statements(quotedSchema: string): Statements {
   // to start and the client to read); CASE evaluates its branches in order, so the lock is taken
   // only after the guards pass and the fence is drawn only for a granted lock.
   // once the lock is granted, and only when $idle > 0 (keepalive.ts): the session's TCP keepalive
-  // idle time is raised to the lease's TTL (a branch never taken: set_config is never null)
+  // idle time and tcp_user_timeout are raised to the lease's TTL (a branch never taken: not null)
   const lockStatement = (lockCall: string, idle: string, first = '') => `SELECT CASE${first}
         WHEN pg_backend_pid() <> $3::int4 THEN 'moved'
         WHEN ${startedUs} <> $4::int8 THEN 'restarted'
         WHEN ${seqOid}::oid <> $6::oid THEN 'sequence'
         WHEN NOT ${lockCall} THEN 'held'
-        WHEN ${idle}::int4 > 0 AND set_config('tcp_keepalives_idle', ${idle}::int4::text, false) IS NULL THEN NULL
+        WHEN ${idle}::int4 > 0 AND (set_config('tcp_keepalives_idle', ${idle}::int4::text, false) IS NULL
+          OR ${userTimeout(`${idle}::int4`)} IS NULL) THEN NULL
         WHEN EXISTS (SELECT 1 FROM ${windows} WHERE key = $2::text AND until > clock_timestamp())
           THEN CASE WHEN pg_advisory_unlock($1::int8) THEN 'w' || COALESCE((SELECT ${leftMs('until')}
             FROM ${windows} WHERE key = $2::text AND until > clock_timestamp()), 0) END
@@ -253,20 +256,20 @@ export function statements(quotedSchema: string): Statements {
     waiting: `SELECT 1 AS w FROM pg_locks WHERE pid = $1::int4 AND locktype = 'advisory'
       AND classid = $2::int8::oid AND objid = $3::int8::oid AND objsubid = 1`,
     // client_connection_check_interval (14+): a waiting backend whose client closed leaves the
-    // queue within 1 s; keepalives: within ~8 s of a vanished host (TCP connections; raised to the
-    // waiter's TTL once granted, keepalive.ts); none of the
+    // queue within 1 s; keepalives and tcp_user_timeout (12+): within ~8 s of a vanished host or a
+    // partition (TCP connections; raised to the waiter's TTL once granted, keepalive.ts); none of the
     // pool's timeouts (statement_timeout would cancel the wait: its place in the queue lost)
     waiterSetup: `SELECT pg_backend_pid() AS pid,
       CASE WHEN current_setting('server_version_num')::int >= 140000
         THEN set_config('client_connection_check_interval', '1000', false) END AS c,
       set_config('tcp_keepalives_idle', '5', false) AS i, set_config('tcp_keepalives_interval', '1', false) AS v,
-      set_config('tcp_keepalives_count', '3', false) AS n,
+      set_config('tcp_keepalives_count', '3', false) AS n, ${userTimeout(String(BASE_IDLE_S))} AS u,
       set_config('plan_cache_mode', 'force_generic_plan', false) AS plans, ${noTimeouts}`,
     resetSession: `SELECT pg_advisory_unlock_all() IS NULL AS u,
       (SELECT count(set_config(name, reset_val, false)) FROM pg_settings WHERE name IN ('lock_timeout',
         'client_connection_check_interval', 'tcp_keepalives_idle', 'tcp_keepalives_interval',
-        'tcp_keepalives_count', 'plan_cache_mode', 'statement_timeout', 'idle_session_timeout',
-        'transaction_timeout')) AS n`,
+        'tcp_keepalives_count', 'tcp_user_timeout', 'plan_cache_mode', 'statement_timeout',
+        'idle_session_timeout', 'transaction_timeout')) AS n`,
     attendWait: `UPDATE ${holders} SET attn = GREATEST(attn, clock_timestamp() + interval '60 seconds')
       WHERE key = $1::text`,
     bumpEpoch: `WITH ${durable},
@@ -277,7 +280,8 @@ export function statements(quotedSchema: string): Statements {
       INSERT INTO ${mark} (id, epoch) SELECT 1, epoch FROM b ON CONFLICT (id) DO NOTHING`,
     // one row, whatever is held (an aggregate): the keepalive raise runs even when nothing is
     heldHere: `SELECT pg_backend_pid() AS pid, string_agg(classid::int8::text || ':' || objid::int8::text, ' ') AS k,
-        CASE WHEN $1::int4 > 0 THEN set_config('tcp_keepalives_idle', $1::int4::text, false) END AS i
+        CASE WHEN $1::int4 > 0 THEN set_config('tcp_keepalives_idle', $1::int4::text, false) END AS i,
+        CASE WHEN $1::int4 > 0 THEN ${userTimeout('$1::int4')} END AS u
       FROM pg_locks WHERE pid = pg_backend_pid() AND locktype = 'advisory' AND objsubid = 1 AND granted`,
     release: `SELECT CASE WHEN NOT pg_advisory_unlock($1::int8) THEN false
         WHEN EXISTS (SELECT 1 FROM ${holders} WHERE key = $3::text AND attn > clock_timestamp())
