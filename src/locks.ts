@@ -59,6 +59,12 @@ export interface Locks {
   acquire(key: string, options?: AcquireOptions): Promise<Lease>;
   tryAcquire(key: string, options?: TryAcquireOptions): Promise<Lease | null>;
   withLock<T>(key: string, fn: (lease: Lease) => Promise<T> | T, options?: AcquireOptions): Promise<T>;
+  /**
+   * Runs `fn` if the lock is free (`{ ran: false }` if not), and keeps it for the rest of a
+   * `lockAtLeastFor` window. Rejects with LeaseLostError after `fn` returned if the lease (never
+   * renewed) was lost under it: `fn` ran past `lockAtMostFor`, or the lock was no longer ours
+   * when its window was to be kept.
+   */
   runExclusive<T>(
     key: string,
     fn: (lease: Lease) => Promise<T> | T,

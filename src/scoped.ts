@@ -2,13 +2,15 @@
  * Runs under a lock, for Locks (locks.ts): `withLock` (acquire, run, release; a lease lost or
  * closed under the work is reported after it) and `runExclusive` (tryAcquire, run at most once
  * at a time, and keep the lock for the rest of a `lockAtLeastFor` window: handed over to the
- * backend's store, or extended on the server). `close()` never releases a runExclusive lock whose
- * function still runs: it is left to its stored expiry (`lockAtMostFor`), as after a crash.
+ * backend's store, or extended on the server; a lease lost under the work — past lockAtMostFor,
+ * or a window refused — is reported after it, as withLock's). `close()` never releases a
+ * runExclusive lock whose function still runs: it is left to its stored expiry (`lockAtMostFor`),
+ * as after a crash.
  */
 import type { Backend } from './backend.js';
 import type { Calls } from './calls.js';
 import { toMs, type Duration } from './duration.js';
-import { ClosedError, InvalidArgumentError } from './errors.js';
+import { ClosedError, InvalidArgumentError, LeaseLostError } from './errors.js';
 import { checkTtl, MIN_TTL_MS, type Lease, type LeaseImpl } from './lease.js';
 import { checkKey, checkOptions, checkSignal } from './validate.js';
 import { now } from './wait.js';
@@ -96,15 +98,24 @@ export async function runExclusive<T, A>(
     throw new ClosedError();
   }
   let value: T;
+  let lost: LeaseLostError | null;
   try {
     value = await fn(lease);
   } finally {
     running = false;
-    await keepWindow(host, lease, atLeast);
+    // `held` first, as in withLock: it marks a lease past its validity lost now, even when fn
+    // stalled the event loop past lockAtMostFor (the lease is never renewed) and no timer ran
+    lost = lease.held ? null : lease.lostError;
+    // a lost lease keeps no window (keepWindow only releases what is left); a window whose
+    // extend or keep is refused tells us the lock was no longer ours
+    lost = (await keepWindow(host, lease, atLeast)) ?? lost;
     host.unpin(lease);
   }
   // fn finished, but close() ended its lease under it (the lock is kept until lockAtMostFor)
   if (closedUnder) throw new ClosedError();
+  // fn finished, but not under the lock the whole time: another instance may have run the job
+  // beside it (run at most once at a time was not kept), so the caller must know, as withLock's
+  if (lost) throw lost;
   return { ran: true, value };
 }
 
@@ -123,17 +134,37 @@ function detachOnClose(host: ScopedHost<unknown>, lease: LeaseImpl, atMost: numb
   return true;
 }
 
-/** After fn: the rest of the `lockAtLeastFor` window is kept (it outlives close()), or the lock released. */
-async function keepWindow(host: ScopedHost<unknown>, lease: LeaseImpl, atLeast: number): Promise<void> {
+/**
+ * After fn: the rest of the `lockAtLeastFor` window is kept (it outlives close()), or the lock
+ * released. A window refused by the server (the token no longer holds the lock: expired, deleted
+ * or taken over) marks the lease lost, and that LeaseLostError is returned; an error of the call
+ * tells nothing of the lock, and only releases it.
+ */
+async function keepWindow(
+  host: ScopedHost<unknown>,
+  lease: LeaseImpl,
+  atLeast: number,
+): Promise<LeaseLostError | null> {
   const keep = Math.floor(atLeast - (now() - lease.grantedAt));
-  if (keep < 1 || lease.state !== 'held') return quietRelease(lease); // nothing (more) to keep
+  if (keep < 1 || lease.state !== 'held') {
+    await quietRelease(lease); // nothing (more) to keep
+    return null;
+  }
   // the stored expiry keeps the window: it outlives close() and a crash
   try {
     const kept = host.backend.keep ? await keepCall(host, lease, keep) : await extendWindow(host, lease, keep);
-    if (kept) lease.detach();
-    else await quietRelease(lease);
+    if (kept) {
+      lease.detach();
+      return null;
+    }
+    // lose() marks it lost and gives it back (a token-checked release) if it is still held
+    lease.lose(
+      'the lock was no longer held when its lockAtLeastFor window was to be kept (expired, deleted or taken over)',
+    );
+    return lease.lostError;
   } catch {
     await quietRelease(lease);
+    return null;
   }
 }
 
