@@ -5,18 +5,24 @@
  * lease's own monotonic deadline passes, and then it is lost.
  *
  * A hung client cannot hold renewal up: a lease is marked lost at its deadline even while its
- * renewal is still in flight (the timer fires at the deadline of every lease, renewing or not),
- * and at most one renewal call is in flight per Locks: the next is sent when it settles, or once
- * it is given up — after `opTimeout`, or once the last validity among its leases has passed if
- * that is sooner (then none of them can be renewed by it any more, and leases not in it, such as
- * those acquired since, are renewed by the next) — so calls never pile up on a client that
- * stopped answering, and one hung call does not cost leases it does not carry.
+ * renewal is still in flight (the timer fires at the deadline of every lease, renewing or not).
+ * A renewal call is given up after `opTimeout`, or once the last validity among its leases has
+ * passed if that is sooner (an answer after that renews nothing). A lease that comes due while
+ * calls are in flight waits for them (and joins the next call) if one of them is given up at
+ * least a renewal interval before its deadline; otherwise (none could end in time: a hung call
+ * for a longer-lived lease) it is sent at once in a call of its own, so one hung call costs only
+ * the leases it carries (a pool with one connection stuck, a slow Redlock node). At most
+ * MAX_IN_FLIGHT renewal calls are in flight per Locks, so calls never pile up on a client that
+ * stopped answering: past that, a lease waits for the first of them to be given up.
  */
 import type { Backend } from './backend.js';
 import type { Calls } from './calls.js';
 import { channels, emit } from './events.js';
 import { driftMs, type LeaseGroup, type LeaseImpl } from './lease.js';
 import { now } from './wait.js';
+
+/** The most per-lease renewal calls in flight at once per Locks (see the header). */
+const MAX_IN_FLIGHT = 4;
 
 /**
  * The leases that hang off one backend session (Grant.session): renewed by one
@@ -51,8 +57,8 @@ export class Keeper {
   private timerAt = Infinity;
   private stopped = false;
   private seq = 0;
-  /** The renewal call in flight, if any. */
-  private busy: number | null = null;
+  /** The renewal calls in flight: id → when it is given up (at the latest). */
+  private readonly inFlight = new Map<number, number>();
 
   constructor(
     private readonly backend: Backend,
@@ -118,15 +124,33 @@ export class Keeper {
   }
 
   /**
-   * When the keeper must look at `l` next: its renewal (if one can be sent now: none of ours, nor
-   * a caller's extend(), is in flight for it) or its deadline.
+   * When the keeper must look at `l` next: its renewal (if one can be sent for it: none of ours,
+   * nor a caller's extend(), is in flight for it, and `mayCall` says a call may be sent) or its
+   * deadline.
    */
-  private nextTime(l: LeaseImpl): number {
-    return this.mayRenew(l) && this.busy === null ? Math.min(l.nextRenewAt, l.expiresAt) : l.expiresAt;
+  private nextTime(l: LeaseImpl, firstGiveUp = this.firstGiveUp()): number {
+    return this.mayRenew(l) && this.mayCall(l, firstGiveUp) ? Math.min(l.nextRenewAt, l.expiresAt) : l.expiresAt;
   }
 
   private mayRenew(l: LeaseImpl): boolean {
     return l.renew && l.renewCall === 0 && !l.extending;
+  }
+
+  /** When the first of the renewal calls in flight is given up at the latest (Infinity: none). */
+  private firstGiveUp(): number {
+    let first = Infinity;
+    for (const at of this.inFlight.values()) first = Math.min(first, at);
+    return first;
+  }
+
+  /**
+   * Whether a renewal call may be sent for `l` now: none is in flight, or (fewer than
+   * MAX_IN_FLIGHT are) none of them is given up a renewal interval before `l`'s deadline, so
+   * waiting for them could cost `l`, which they do not carry.
+   */
+  private mayCall(l: LeaseImpl, firstGiveUp: number): boolean {
+    if (this.inFlight.size === 0) return true;
+    return this.inFlight.size < MAX_IN_FLIGHT && firstGiveUp > l.expiresAt - l.renewInterval;
   }
 
   /** The lease's expiry or renewal time changed (an explicit extend): its timer follows. */
@@ -148,7 +172,8 @@ export class Keeper {
     this.timer = null;
     this.timerAt = Infinity;
     let next = Infinity;
-    for (const l of this.leases) next = Math.min(next, this.nextTime(l));
+    const firstGiveUp = this.firstGiveUp();
+    for (const l of this.leases) next = Math.min(next, this.nextTime(l, firstGiveUp));
     for (const g of this.groups.values()) next = Math.min(next, this.groupTime(g));
     if (next < Infinity) this.arm(next);
   }
@@ -158,10 +183,11 @@ export class Keeper {
     this.timerAt = Infinity;
     const t = now();
     const due: LeaseImpl[] = [];
+    const firstGiveUp = this.firstGiveUp();
     for (const l of [...this.leases]) {
       if (t >= l.expiresAt) {
         l.lose(l.expiredReason());
-      } else if (this.busy === null && this.mayRenew(l) && l.nextRenewAt - l.renewInterval / 2 <= t) {
+      } else if (this.mayRenew(l) && l.nextRenewAt - l.renewInterval / 2 <= t && this.mayCall(l, firstGiveUp)) {
         due.push(l);
       }
     }
@@ -243,7 +269,6 @@ export class Keeper {
 
   private renew(due: LeaseImpl[]): void {
     const id = ++this.seq;
-    this.busy = id;
     for (const l of due) l.renewCall = id;
     // each lease's TTL as sent, and the call's place in its order of sends (see LeaseImpl.sending)
     const items = due.map((l) => ({ key: l.fullKey, token: l.token, ttlMs: l.ttlMs }));
@@ -254,6 +279,7 @@ export class Keeper {
     let last = -Infinity;
     for (const l of due) last = Math.max(last, l.expiresAt);
     const ms = Math.min(this.calls.opTimeoutMs, Math.max(1, Math.ceil(last - sentAt) + 1));
+    this.inFlight.set(id, sentAt + ms);
     const name = this.backend.name;
     // false if the lease is no longer part of this call (it joined a later one)
     const done = (l: LeaseImpl) => {
@@ -302,7 +328,7 @@ export class Keeper {
         },
       )
       .finally(() => {
-        if (this.busy === id) this.busy = null;
+        this.inFlight.delete(id);
         this.rearm();
       });
   }
