@@ -8,12 +8,12 @@
  * renewal is still in flight (the timer fires at the deadline of every lease, renewing or not).
  * A renewal call is given up after `opTimeout`, or once the last validity among its leases has
  * passed if that is sooner (an answer after that renews nothing). A lease that comes due while
- * calls are in flight waits for them (and joins the next call) if one of them is given up at
- * least a renewal interval before its deadline; otherwise (none could end in time: a hung call
- * for a longer-lived lease) it is sent at once in a call of its own, so one hung call costs only
- * the leases it carries (a pool with one connection stuck, a slow Redlock node). At most
- * MAX_IN_FLIGHT renewal calls are in flight per Locks, so calls never pile up on a client that
- * stopped answering: past that, a lease waits for the first of them to be given up.
+ * calls are in flight waits for them (and joins the next call: a call answers in a round trip,
+ * so this is the common case and costs no extra call) until it is urgent — a renewal interval of
+ * validity left, a full interval late — and is then sent at once in a call of its own, so one
+ * hung call (a pool with one connection stuck, a slow Redlock node) costs only the leases it
+ * carries. At most MAX_IN_FLIGHT renewal calls are in flight per Locks, so calls never pile up on
+ * a client that stopped answering: past that, a lease waits for the first of them to be given up.
  */
 import type { Backend } from './backend.js';
 import type { Calls } from './calls.js';
@@ -23,6 +23,9 @@ import { now } from './wait.js';
 
 /** The most per-lease renewal calls in flight at once per Locks (see the header). */
 const MAX_IN_FLIGHT = 4;
+
+/** When a lease waiting behind calls in flight that do not carry it is sent on its own (see the header). */
+const urgentAt = (l: LeaseImpl) => l.expiresAt - l.renewInterval;
 
 /**
  * The leases that hang off one backend session (Grant.session): renewed by one
@@ -128,29 +131,25 @@ export class Keeper {
    * nor a caller's extend(), is in flight for it, and `mayCall` says a call may be sent) or its
    * deadline.
    */
-  private nextTime(l: LeaseImpl, firstGiveUp = this.firstGiveUp()): number {
-    return this.mayRenew(l) && this.mayCall(l, firstGiveUp) ? Math.min(l.nextRenewAt, l.expiresAt) : l.expiresAt;
+  private nextTime(l: LeaseImpl): number {
+    if (!this.mayRenew(l) || this.inFlight.size >= MAX_IN_FLIGHT) return l.expiresAt;
+    // with calls in flight: looked at again once it is urgent (see mayCall)
+    const at = this.inFlight.size === 0 ? l.nextRenewAt : Math.max(l.nextRenewAt, urgentAt(l));
+    return Math.min(at, l.expiresAt);
   }
 
   private mayRenew(l: LeaseImpl): boolean {
     return l.renew && l.renewCall === 0 && !l.extending;
   }
 
-  /** When the first of the renewal calls in flight is given up at the latest (Infinity: none). */
-  private firstGiveUp(): number {
-    let first = Infinity;
-    for (const at of this.inFlight.values()) first = Math.min(first, at);
-    return first;
-  }
-
   /**
-   * Whether a renewal call may be sent for `l` now: none is in flight, or (fewer than
-   * MAX_IN_FLIGHT are) none of them is given up a renewal interval before `l`'s deadline, so
-   * waiting for them could cost `l`, which they do not carry.
+   * Whether a renewal call may be sent for `l` at `t`: none is in flight, or (fewer than
+   * MAX_IN_FLIGHT are) `l` is urgent — the calls in flight, which do not carry it, have not
+   * answered in a whole renewal interval since it came due.
    */
-  private mayCall(l: LeaseImpl, firstGiveUp: number): boolean {
+  private mayCall(l: LeaseImpl, t: number): boolean {
     if (this.inFlight.size === 0) return true;
-    return this.inFlight.size < MAX_IN_FLIGHT && firstGiveUp > l.expiresAt - l.renewInterval;
+    return this.inFlight.size < MAX_IN_FLIGHT && t >= urgentAt(l);
   }
 
   /** The lease's expiry or renewal time changed (an explicit extend): its timer follows. */
@@ -172,8 +171,7 @@ export class Keeper {
     this.timer = null;
     this.timerAt = Infinity;
     let next = Infinity;
-    const firstGiveUp = this.firstGiveUp();
-    for (const l of this.leases) next = Math.min(next, this.nextTime(l, firstGiveUp));
+    for (const l of this.leases) next = Math.min(next, this.nextTime(l));
     for (const g of this.groups.values()) next = Math.min(next, this.groupTime(g));
     if (next < Infinity) this.arm(next);
   }
@@ -183,11 +181,10 @@ export class Keeper {
     this.timerAt = Infinity;
     const t = now();
     const due: LeaseImpl[] = [];
-    const firstGiveUp = this.firstGiveUp();
     for (const l of [...this.leases]) {
       if (t >= l.expiresAt) {
         l.lose(l.expiredReason());
-      } else if (this.mayRenew(l) && l.nextRenewAt - l.renewInterval / 2 <= t && this.mayCall(l, firstGiveUp)) {
+      } else if (this.mayRenew(l) && l.nextRenewAt - l.renewInterval / 2 <= t && this.mayCall(l, t)) {
         due.push(l);
       }
     }
