@@ -10,7 +10,8 @@ import { adapt } from './adapt.js';
 import { backendError, type PostgresClientLike } from './client.js';
 import { checkOptions, describe, quoteIdent } from './keys.js';
 import { PostgresBackend } from './session.js';
-import { createTables, statements, tablesExist } from './sql.js';
+import { createTables, tablesExist } from './ddl.js';
+import { statements } from './sql.js';
 import { postgresAdmin } from './list.js';
 
 export { advisoryKey, lockParts } from './keys.js';

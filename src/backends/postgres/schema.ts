@@ -5,7 +5,8 @@
  */
 import { schemaError, timed, type Conn, type Db } from './client.js';
 import { readEpoch, type Epoch } from './connect.js';
-import { createTables, tablesExist, type Statements } from './sql.js';
+import { createTables, tablesExist } from './ddl.js';
+import type { Statements } from './sql.js';
 
 export interface SchemaConfig {
   readonly db: Db;

@@ -15,7 +15,8 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { adaptTx, type TxQueryable } from './adapt.js';
 import { backendError, schemaError, type Params, type Queryable, type Row, type TransactionLike } from './client.js';
 import { checkKey, checkOptions, describe, quoteIdent } from './keys.js';
-import { createTables, statements, tablesExist } from './sql.js';
+import { createTables, tablesExist } from './ddl.js';
+import { statements } from './sql.js';
 import { checkString } from '../../validate.js';
 
 export interface XactLockOptions {
