@@ -10,7 +10,7 @@ import type { Statements } from './sql.js';
 /** The holder row is written this long after the grant, unless the lease ended by then. */
 const RECORD_MS = 5;
 
-/** A lock this backend holds (`Held`, leases.ts), as far as its holder row needs it. */
+/** A lock this backend holds (`Held`, held.ts), as far as its holder row needs it. */
 export interface HeldLock {
   readonly key: string;
   readonly lockKey: string;

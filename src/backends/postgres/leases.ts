@@ -4,65 +4,24 @@
  * runExclusive window, `keep`), and its loss. A failure of the connection a lock is on loses
  * every lease on that connection at once; a statement on it that fails or times out in a way
  * that leaves its state unknown fails the session the same way (destroyed, its server session
- * terminated in case it is only half-open).
+ * terminated in case it is only half-open). A held lock's shape and what these need from the
+ * backend (`Held`, `LeasesHost`) are held.ts's.
  */
 import type { AcquireRequest, ExtendItem, Grant, LostCallback } from '../../backend.js';
 import { BackendError, ClosedError } from '../../errors.js';
-import { backendError, timed, type Conn, type Db, type Row } from './client.js';
-import { TransactionPoolerError, sqlState, type Dedicated } from './connect.js';
-import type { HeldLock, HolderRows } from './holders.js';
+import { backendError, timed, type Conn, type Row } from './client.js';
+import { TransactionPoolerError, sqlState } from './connect.js';
+import { newHeld, type Held, type LeasesHost } from './held.js';
 import { lockParts } from './keys.js';
-import type { ServerQueue, Wait } from './queue.js';
+import type { Wait } from './queue.js';
 import { terminateHolder } from './reads.js';
-import type { Keepalives } from './keepalive.js';
-import type { Statements } from './sql.js';
 import { markTransient } from '../../transient.js';
-
-/** A lock this backend holds (on its session connection, or on the waiter connection it waited on). */
-export interface Held extends HeldLock {
-  readonly token: string;
-  /** Releases the lock when its validity runs out without an extension (or re-checks it, `refresh`). */
-  timer: NodeJS.Timeout | null;
-  /** The validity the TTL gives (monotonic ms), and that TTL. */
-  until: number;
-  ttlMs: number;
-}
 
 /** `classid:objid`, as pg_locks shows the lock. */
 const part = (lockKey: string) => {
   const { classid, objid } = lockParts(BigInt(lockKey));
   return `${classid}:${objid}`;
 };
-
-/** A lock just granted on `conn`: held, its expiry not armed yet. */
-export function newHeld(key: string, token: string, lockKey: string, fence: bigint, conn: Conn): Held {
-  return { key, token, lockKey, fence, conn, state: 'held', timer: null, value: null, until: 0, ttlMs: 0 };
-}
-
-/** What the held locks need from their backend. */
-export interface LeasesHost {
-  readonly db: Db;
-  readonly sql: Statements;
-  readonly channel: string;
-  readonly timeoutMs: number;
-  /** The server pid of each session connection, as the server says (not the client's key data). */
-  readonly pids: WeakMap<Conn, number>;
-  /** The dedicated connection (the session that holds this backend's locks). */
-  readonly dedicated: Dedicated;
-  /** Waits in the server's lock queue (and the waiter connections a lock may be on). */
-  readonly queue: ServerQueue;
-  /** Holder rows (for inspect, list and watchers), written off the grant's path. */
-  readonly rows: HolderRows;
-  /** The TCP keepalive idle time of each connection (how long the server keeps a silent one). */
-  readonly keepalives: Keepalives;
-  closed(): boolean;
-  /** A lease of `key` began: the runExclusive window its last attempt met is forgotten. */
-  windowOver(key: string): void;
-  /** A statement found the tables (or the sequence, or the schema) gone (42P01, 3F000). */
-  schemaGone(): void;
-  maybeIdle(): void;
-  track(p: Promise<unknown>): void;
-}
 
 export class Leases {
   readonly held = new Map<string, Held>();

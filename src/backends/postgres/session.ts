@@ -13,10 +13,10 @@
  * released by the backend itself. `runExclusive`'s `lockAtLeastFor` window is written to a row
  * with an expiry (`keep`), then the live lock is let go: the window outlives close() and crashes.
  *
- * Beside it: leases.ts (the held locks: expiry, liveness probe, release, loss), schema.ts (the
- * tables and the fence epochs read from them), connect.ts (opening the session connection, the
- * fence epoch), queue.ts (waiting in the server's lock queue on waiter connections), holders.ts
- * (the holder rows).
+ * Beside it: leases.ts (the held locks: expiry, liveness probe, release, loss) and held.ts (their
+ * shape), schema.ts (the tables and the fence epochs read from them), connect.ts (opening the
+ * session connection, the fence epoch), queue.ts (waiting in the server's lock queue on waiter
+ * connections), holders.ts (the holder rows).
  */
 import type {
   AcquireRequest,
@@ -35,7 +35,8 @@ import { Dedicated, remember, resetAndRelease } from './connect.js';
 import { HolderRows } from './holders.js';
 import { Keepalives } from './keepalive.js';
 import { checkFullKey, checkText } from './keys.js';
-import { Leases, newHeld } from './leases.js';
+import { newHeld } from './held.js';
+import { Leases } from './leases.js';
 import { Notifier } from './notify.js';
 import { inspectKey, resultStore } from './reads.js';
 import { ServerQueue } from './queue.js';
