@@ -16,7 +16,7 @@
  * Beside it: leases.ts (the held locks: expiry, liveness probe, release, loss) and held.ts (their
  * shape), schema.ts (the tables and the fence epochs read from them), connect.ts (opening the
  * session connection, the fence epoch), queue.ts (waiting in the server's lock queue on waiter
- * connections), holders.ts (the holder rows).
+ * connections), wake.ts (a refused caller's wait for its next attempt), holders.ts (the holder rows).
  */
 import type {
   AcquireRequest,
@@ -42,6 +42,7 @@ import { inspectKey, resultStore } from './reads.js';
 import { ServerQueue } from './queue.js';
 import { Schema } from './schema.js';
 import { Watches } from './watch.js';
+import { sleepUntilChange } from './wake.js';
 import { statements, type Statements } from './sql.js';
 
 export interface SessionConfig {
@@ -53,9 +54,6 @@ export interface SessionConfig {
   /** The user declared a session-mode pooler in front of Postgres (their promise). */
   readonly pooler: 'session' | undefined;
 }
-
-/** A waiter re-tries at least this often: a holder whose session died sends no NOTIFY. */
-const POLL_MS = 500;
 
 export class PostgresBackend implements Backend {
   readonly name = 'postgres';
@@ -273,19 +271,9 @@ export class PostgresBackend implements Backend {
     return this.leases.keep(key, token, ms);
   }
 
+  /** Until the next attempt (wake.ts): the server's queue, a NOTIFY, or a poll. */
   waitForChange(key: string, signal: AbortSignal, maxMs: number): Promise<void> {
-    if (typeof key !== 'string') return Promise.resolve();
-    const windowMs = this.windowLeft.get(key);
-    this.windowLeft.delete(key);
-    const w = this.queue.get(key);
-    // in the server's queue: woken by the grant alone (or when the wait ends)
-    if (w && windowMs === undefined) return this.queue.sleep(w, signal, maxMs);
-    const cap = windowMs === undefined ? POLL_MS : Math.max(POLL_MS, windowMs + 5);
-    try {
-      return this.notifier.wait(key, this.sql.lockKey(key), signal, Math.min(maxMs, cap));
-    } catch (e) {
-      return Promise.reject(e);
-    }
+    return sleepUntilChange(this.queue, this.notifier, this.sql, this.windowLeft, key, signal, maxMs);
   }
 
   /** Calls `onChange` on each grant and release of `key` (NOTIFY), and on a reconnect. */
