@@ -10,8 +10,7 @@
  * subscription was live is answered with one spurious wake-up once it is.
  */
 import type { Db, Subscription } from './client.js';
-
-const REMEMBERED = 4096;
+import { remember } from './connect.js';
 
 type Wake = () => void;
 
@@ -192,14 +191,5 @@ export class Notifier {
     const sub = this.sub;
     this.sub = null;
     if (sub) await sub.close();
-  }
-}
-
-function remember(map: Map<string, number>, key: string, value: number): void {
-  map.delete(key);
-  map.set(key, value);
-  if (map.size > REMEMBERED) {
-    const oldest = map.keys().next().value;
-    if (oldest !== undefined) map.delete(oldest);
   }
 }
