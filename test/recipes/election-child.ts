@@ -1,7 +1,8 @@
 /**
  * A process of the election test: a candidate (`candidate <value>`) or an observer (`observe`),
  * with the machine's monotonic clock (one clock for every process). A candidate leads for
- * `LEAD_MS`, resigns, and campaigns again.
+ * `LEAD_MS`, resigns, and campaigns again, from the test's go (a line on stdin) on. Each says
+ * `ready` once it is set: an observer once it observes, a candidate before it waits for go.
  */
 import { createLocks, fromUrl } from '../../src/index.js';
 
@@ -19,12 +20,22 @@ const locks = createLocks(await fromUrl(process.env.LEASEHOLD_TEST_URL!), {
 });
 
 if (role === 'observe') {
-  say({ kind: 'ready' });
-  for await (const leader of locks.elect(name).observe()) say({ kind: 'observed', leader });
+  // ready once observing: the first value (the current leader, none yet) comes after the watch is
+  // in place, so no term granted from now on is first seen by a late initial read
+  let first = true;
+  for await (const leader of locks.elect(name).observe()) {
+    if (first) say({ kind: 'ready' });
+    else say({ kind: 'observed', leader });
+    first = false;
+  }
 } else {
   const election = locks.elect(name, { value: value! });
   election.on('demoted', () => say({ kind: 'demoted', value }));
   say({ kind: 'ready' });
+  // campaign once the test says go (a line on stdin): all candidates are started by then, and no
+  // term is granted while the others still load (their start-up starves the observer under load)
+  await new Promise((r) => process.stdin.once('data', r));
+  process.stdin.pause();
   for (;;) {
     const term = await election.campaign();
     say({ kind: 'elected', value, fence: term.fence });

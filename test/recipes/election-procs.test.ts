@@ -43,7 +43,7 @@ afterEach(() => {
 function start(args: string[], env: Record<string, string>, proc: string, events: Event[], onEvent: () => void) {
   const child = spawn(process.execPath, ['--import', 'tsx', CHILD, ...args], {
     env: { ...process.env, ...env },
-    stdio: ['ignore', 'pipe', 'inherit'],
+    stdio: ['pipe', 'pipe', 'inherit'],
   });
   procs.push(child);
   child.on('exit', (code, sig) => {
@@ -93,6 +93,8 @@ describe.each(targets)('election across processes: $name', ({ url }) => {
         v,
         start(['candidate', v], env, v, events, () => check()),
       );
+    await until(() => ready() === 4, 60_000, 'the candidates');
+    for (const c of candidates.values()) c.stdin!.write('go\n');
     await until(() => elected().length >= 4, 60_000, 'four terms');
 
     // SIGKILL the leader of the moment, while it leads
@@ -105,10 +107,16 @@ describe.each(targets)('election across processes: $name', ({ url }) => {
     // the victim may have been elected once more before the kill reached it: only others count
     expect(successor.value).not.toBe(victim.value);
     expect(successor.t - killedAt).toBeLessThanOrEqual(TTL_MS + 1000);
-    await new Promise((r) => setTimeout(r, 200)); // the observer's last report
+    // the terms so far; the candidates go on campaigning, so the observer is waited for until it
+    // has reported the last of these (the first observation with its fence or a later one)
+    const upTo = elected();
+    const lastFence = BigInt(upTo.at(-1)!.fence!);
+    const observedFences = () =>
+      events.filter((e) => e.kind === 'observed' && e.leader).map((e) => BigInt(e.leader!.fence));
+    await until(() => observedFences().some((f) => f >= lastFence), 10_000, 'the observer to report the last term');
 
     // exactly one leader at any time: terms [elected, demoted or killed] never overlap
-    const terms = elected().map((e) => {
+    const terms = upTo.map((e) => {
       const end = events.find((d) => d.kind === 'demoted' && d.proc === e.proc && d.t >= e.t);
       return { ...e, end: end?.t ?? (e.proc === victim.proc ? killedAt : Infinity) };
     });
