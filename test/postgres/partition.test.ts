@@ -4,7 +4,7 @@
  * server ends a silent session when its TCP keepalives go unanswered; the holder counts its lease
  * valid until (send time of its last answered statement) + TTL. Before the fix the session kept
  * a 5 s keepalive idle time whatever the TTL: the server let go ~8 s after the partition while
- * the holder (TTL 20 s) still said held for ~5 s more. When the cut leaves a reply of the
+ * the holder (TTL 12 s here) still said held for ~5 s more. When the cut leaves a reply of the
  * server's unacknowledged, Linux sends no keepalive probe: `tcp_user_timeout` ends the session
  * instead (before it was set, the server retransmitted for ~15 min, the lock held all along).
  *
@@ -18,7 +18,7 @@ import { postgres } from '../../src/backends/postgres/index.js';
 import { createLocks, type Locks } from '../../src/index.js';
 import { PartitionedPg } from './netns.js';
 
-const TTL_MS = 20_000;
+const TTL_MS = 12_000; // the old 5 s keepalive let go ~8 s after the cut: well before it
 const server = new PartitionedPg();
 let unavailable: string | null = null;
 const pools: pg.Pool[] = [];
