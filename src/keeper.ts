@@ -60,8 +60,8 @@ export class Keeper {
   private timerAt = Infinity;
   private stopped = false;
   private seq = 0;
-  /** The renewal calls in flight: id → when it is given up (at the latest). */
-  private readonly inFlight = new Map<number, number>();
+  /** Renewal calls in flight (not yet settled or given up). */
+  private inFlight = 0;
 
   constructor(
     private readonly backend: Backend,
@@ -132,9 +132,9 @@ export class Keeper {
    * deadline.
    */
   private nextTime(l: LeaseImpl): number {
-    if (!this.mayRenew(l) || this.inFlight.size >= MAX_IN_FLIGHT) return l.expiresAt;
+    if (!this.mayRenew(l) || this.inFlight >= MAX_IN_FLIGHT) return l.expiresAt;
     // with calls in flight: looked at again once it is urgent (see mayCall)
-    const at = this.inFlight.size === 0 ? l.nextRenewAt : Math.max(l.nextRenewAt, urgentAt(l));
+    const at = this.inFlight === 0 ? l.nextRenewAt : Math.max(l.nextRenewAt, urgentAt(l));
     return Math.min(at, l.expiresAt);
   }
 
@@ -148,8 +148,8 @@ export class Keeper {
    * answered in a whole renewal interval since it came due.
    */
   private mayCall(l: LeaseImpl, t: number): boolean {
-    if (this.inFlight.size === 0) return true;
-    return this.inFlight.size < MAX_IN_FLIGHT && t >= urgentAt(l);
+    if (this.inFlight === 0) return true;
+    return this.inFlight < MAX_IN_FLIGHT && t >= urgentAt(l);
   }
 
   /** The lease's expiry or renewal time changed (an explicit extend): its timer follows. */
@@ -276,7 +276,7 @@ export class Keeper {
     let last = -Infinity;
     for (const l of due) last = Math.max(last, l.expiresAt);
     const ms = Math.min(this.calls.opTimeoutMs, Math.max(1, Math.ceil(last - sentAt) + 1));
-    this.inFlight.set(id, sentAt + ms);
+    this.inFlight++;
     const name = this.backend.name;
     // false if the lease is no longer part of this call (it joined a later one)
     const done = (l: LeaseImpl) => {
@@ -325,7 +325,7 @@ export class Keeper {
         },
       )
       .finally(() => {
-        this.inFlight.delete(id);
+        this.inFlight--;
         this.rearm();
       });
   }
