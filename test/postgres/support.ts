@@ -77,6 +77,23 @@ export class Pg {
     return r.rows.map((x) => Number(x.pid));
   }
 
+  /** The server pid waiting in the lock queue of a namespaced key, polled for up to ~5 s (undefined: none). */
+  async waiter(fullKey: string): Promise<number | undefined> {
+    const { classid, objid } = lockParts(advisoryKey(fullKey));
+    for (let i = 0; i < 250; i++) {
+      const r = await (
+        await this.admin()
+      ).query(
+        `select pid from pg_locks where locktype = 'advisory' and classid = $1::int8::oid and objid = $2::int8::oid
+           and objsubid = 1 and not granted`,
+        [classid, objid],
+      );
+      if (r.rows[0]) return Number(r.rows[0].pid);
+      await new Promise((r) => setTimeout(r, 20));
+    }
+    return undefined;
+  }
+
   /**
    * Ends a server session and resolves once it is gone, with its locks: `pg_terminate_backend`
    * alone only signals it, and a lock attempt right after can still find the lock held.

@@ -8,7 +8,7 @@
 import { randomUUID } from 'node:crypto';
 import type pg from 'pg';
 import { afterAll, expect, test } from 'vitest';
-import { advisoryKey, lockParts, postgres } from '../../src/backends/postgres/index.js';
+import { postgres } from '../../src/backends/postgres/index.js';
 import { createLocks } from '../../src/index.js';
 import { Pg } from './support.js';
 
@@ -95,19 +95,7 @@ test('a waiter connection: 8 s while it waits, the waiter’s TTL + 3 s once gra
     const held = await other.acquire('k');
     const waiting = locks.acquire('k', { ttl: '40s', wait: '10s' });
     waiting.catch(() => {});
-    const { classid, objid } = lockParts(advisoryKey(`${prefix}:k`));
-    let waiter: number | undefined;
-    for (let i = 0; i < 250 && waiter === undefined; i++) {
-      const r = await (
-        await env.admin()
-      ).query(
-        `select pid from pg_locks where locktype = 'advisory' and classid = $1::int8::oid and objid = $2::int8::oid
-           and objsubid = 1 and not granted`,
-        [classid, objid],
-      );
-      waiter = r.rows[0]?.pid;
-      if (waiter === undefined) await new Promise((r) => setTimeout(r, 20));
-    }
+    const waiter = await env.waiter(`${prefix}:k`);
     expect(waiter).toBeDefined();
     expect(waiter).not.toBe(backend.sessionPid);
     expect(afterSetup.get(waiter!)).toEqual({ ut: '8000', idle: '5' });
