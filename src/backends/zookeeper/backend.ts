@@ -196,19 +196,25 @@ export class ZookeeperBackend implements Backend {
     }
   }
 
-  /** Calls `onChange` on every change of the key's contenders (a children watch, re-armed). */
+  /**
+   * Calls `onChange` on every change of the key's contenders (a children watch, re-armed). A
+   * watch dies with its session and the client tells no one: when a new session replaces an
+   * expired one (our own client), the watch is set again on it, and `onChange` is called at the
+   * loss and at the new session (what was held may have changed meanwhile).
+   */
   async watch(key: string, onChange: () => void): Promise<() => void> {
     this.assertOpen();
     const dir = this.paths.dir(key);
     let live = true;
+    /** The latest arm: a watch of an earlier one that fires (or a retry of one) does nothing. */
+    let gen = 0;
     const arm = async (): Promise<void> => {
+      const mine = ++gen;
       const fired = () => {
-        if (!live) return;
+        if (!live || mine !== gen) return;
         publish({ backend: 'zookeeper', type: 'watch', watch: 'children', key });
         onChange();
-        arm().catch(() => {
-          if (live) setTimeout(() => void arm().catch(() => {}), 100).unref();
-        });
+        rearm(0);
       };
       try {
         await this.zk.getChildren(dir, fired);
@@ -219,9 +225,31 @@ export class ZookeeperBackend implements Backend {
         if (stat) await this.zk.getChildren(dir).catch(() => {}); // created between the two calls: fired covers it
       }
     };
-    await arm();
+    // a failed arm is tried again (backing off) while the session lasts; a new session re-arms
+    const rearm = (failures: number): void => {
+      const mine = gen + 1;
+      arm().catch(() => {
+        if (!live || mine !== gen || this.closed || !this.zk.usable) return;
+        setTimeout(() => live && mine === gen && rearm(failures + 1), Math.min(1000, 100 * 2 ** failures)).unref();
+      });
+    };
+    const off = this.zk.onState((state) => {
+      if (!live) return;
+      if (state === 'LOST') onChange();
+      else if (state === 'CONNECTED') {
+        onChange();
+        rearm(0);
+      }
+    });
+    try {
+      await arm();
+    } catch (e) {
+      off();
+      throw e;
+    }
     return () => {
       live = false;
+      off();
     };
   }
 
