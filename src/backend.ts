@@ -177,6 +177,13 @@ export interface Backend {
    * checks its own arguments (acquire, tryAcquire, withLock, runExclusive, elect), before any I/O.
    */
   checkValue?(value: string, what: string): void;
+  /**
+   * close() is coming: the engine calls this first, then releases what it holds, then calls
+   * `close()`. A backend whose close() ends its session (the server frees its locks with it) may
+   * stop waiting for a server that is out of reach, so the releases do not each wait out
+   * opTimeout. No I/O, never throws.
+   */
+  closing?(): void;
   /** Releases what the backend itself owns (subscriber connections, timers); never user clients. */
   close(): Promise<void>;
 }

@@ -350,6 +350,11 @@ class LocksImpl implements Locks, LeaseHost {
     this.closing.abort(closed); // every waiting call rejects now
     this.calls.abortAll(closed); // and every call in flight
     const bound = this.calls.opTimeoutMs;
+    try {
+      this.backend.closing?.(); // before the releases: a session backend may stop waiting for a server gone
+    } catch {
+      /* a hint only */
+    }
     this.keeper.stop();
     for (const lease of [...this.#held.values()]) {
       const onClose = this.#pinned.get(lease);

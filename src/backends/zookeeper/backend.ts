@@ -320,6 +320,14 @@ export class ZookeeperBackend implements Backend {
     return this.zk.state;
   }
 
+  /**
+   * The engine's close begins (releases follow): on our own client, a server out of reach is no
+   * longer waited for (client.ts, beginClose); the session ends with close(), its nodes with it.
+   */
+  closing(): void {
+    if (!this.closed) this.zk.beginClose();
+  }
+
   async close(): Promise<void> {
     if (this.closed) return;
     this.closed = true;

@@ -8,33 +8,12 @@
  */
 import { inspect } from 'node:util';
 import { publish, type SessionState } from './events.js';
-import { mendConnections, mkdirp } from './mend.js';
+import type { ZookeeperClientLike } from './clientlike.js';
+import { Cutoff, cutOffError } from './cutoff.js';
+import { dropSocket, mendConnections, mkdirp } from './mend.js';
 import { CONNECTION_LOSS, SESSION_EXPIRED, statOf, zkCode, zkError, type Op, type ZkStat } from './protocol.js';
 
-/** The node-zookeeper-client methods leasehold calls (structural: no import of the package). */
-export interface ZookeeperClientLike {
-  create(...args: never[]): unknown;
-  remove(...args: never[]): unknown;
-  getData(...args: never[]): unknown;
-  getChildren(...args: never[]): unknown;
-  exists(...args: never[]): unknown;
-  transaction(...args: never[]): unknown;
-  getState(...args: never[]): unknown;
-  getSessionId(...args: never[]): unknown;
-  getSessionTimeout(...args: never[]): unknown;
-  on(...args: never[]): unknown;
-}
-
-export function isZookeeperClient(c: unknown): c is ZookeeperClientLike {
-  const x = c as Record<string, unknown> | null;
-  return (
-    !!x &&
-    typeof x === 'object' &&
-    ['create', 'remove', 'getData', 'getChildren', 'exists', 'transaction', 'getState', 'on'].every(
-      (m) => typeof x[m] === 'function',
-    )
-  );
-}
+export { isZookeeperClient, type ZookeeperClientLike } from './clientlike.js';
 
 type Listener = (state: SessionState, session: string) => void;
 
@@ -52,6 +31,16 @@ export class ZkSession {
   private waiters: Array<{ resolve: () => void; reject: (e: unknown) => void }> = [];
   private closed = false;
   private closing = false;
+  /** Gives up a server out of reach once close() began (our own client only: cutoff.ts). */
+  private readonly cutoff = new Cutoff({
+    connected: () => {
+      if (!this.isConnected) return false;
+      this.hookSocket();
+      return true;
+    },
+    lastHeard: () => this.lastHeard,
+    onCut: () => this.rejectWaiters('closing: the server is out of reach'),
+  });
   /** A session of the current client has connected: its timeout is the one the server agreed. */
   private agreed = false;
   /** The session timeout to assume before the server negotiated one. */
@@ -197,8 +186,8 @@ export class ZkSession {
     // who waits for the connection gives up, also on a LOST the adapter declared by its timer
     this.rejectWaiters(expired ? 'session expired' : 'session lost: no server answered within the session timeout');
     if (expired || this.client?.getState?.()?.name === 'AUTH_FAILED') {
-      if (this.factory) {
-        // a client of our own: a new session replaces the expired one
+      if (this.factory && !this.closing) {
+        // a client of our own: a new session replaces the expired one (not once close() began)
         try {
           this.client.close();
         } catch {
@@ -239,9 +228,15 @@ export class ZkSession {
     return this.closing && this.factory !== null;
   }
 
-  /** close() begins: nothing more is sent but the deletions of our nodes (see `ending`). */
+  /**
+   * close() begins: nothing more is sent but the deletions of our nodes (see `ending`). On our own
+   * client a server out of reach is no longer waited for (cutoff.ts): the session ends with
+   * close(), its nodes with it.
+   */
   beginClose(): void {
+    if (this.closing) return;
     this.closing = true;
+    if (this.factory && !this.closed) this.cutoff.start();
   }
 
   /** Resolves when the connection is down (at once if it is not up). */
@@ -261,7 +256,8 @@ export class ZkSession {
    * leasehold's own client is closed (a caller's client may still reconnect: see afterClose).
    */
   whenConnected(): Promise<void> {
-    if (this.closed && this.factory) return Promise.reject(zkError(new Error('closed'), 'session'));
+    if ((this.closed || this.cutoff.cut) && this.factory)
+      return Promise.reject(zkError(new Error('closed'), 'session'));
     if (this.current === 'CONNECTED' || this.current === 'RECONNECTED') return Promise.resolve();
     return new Promise((resolve, reject) => this.waiters.push({ resolve, reject }));
   }
@@ -272,9 +268,17 @@ export class ZkSession {
     map: (...r: any[]) => T,
   ): Promise<T> {
     return new Promise<T>((resolve, reject) => {
+      // our own client's calls are tracked, so a close() that finds the server gone fails them
+      const fail = this.factory ? (e: unknown) => reject(zkError(e, op)) : null;
+      if (fail && !this.cutoff.track(fail)) return fail(cutOffError());
       try {
-        fn((e, ...r) => (e ? reject(zkError(e, op)) : resolve(map(...r))));
+        fn((e, ...r) => {
+          if (fail) this.cutoff.untrack(fail);
+          if (e) reject(zkError(e, op));
+          else resolve(map(...r));
+        });
       } catch (e) {
+        if (fail) this.cutoff.untrack(fail);
         reject(zkError(e, op));
       }
     });
@@ -307,7 +311,7 @@ export class ZkSession {
       try {
         return await this.call(op, fn, map);
       } catch (e) {
-        if (zkCode(e) !== CONNECTION_LOSS || i >= 3 || this.closed) throw e;
+        if (zkCode(e) !== CONNECTION_LOSS || i >= 3 || this.closed || this.cutoff.cut) throw e;
         await this.whenConnected().catch(() => Promise.reject(e));
       }
     }
@@ -364,6 +368,7 @@ export class ZkSession {
     if (this.closed) return;
     this.closed = true;
     clearInterval(this.watchdog);
+    this.cutoff.stop();
     if (this.lostTimer) clearTimeout(this.lostTimer);
     this.lostTimer = null;
     this.listeners.clear();
@@ -373,7 +378,8 @@ export class ZkSession {
     const e = zkError(new Error('backend closed'), 'session');
     for (const x of w) x.reject(e);
     const c = this.client;
-    const connected = this.current === 'CONNECTED' || this.current === 'RECONNECTED';
+    // a server that did not answer while we closed (cut) is not waited for to say goodbye
+    const connected = (this.current === 'CONNECTED' || this.current === 'RECONNECTED') && !this.cutoff.cut;
     const ended = new Promise<void>((resolve) => {
       if (!connected) return resolve();
       const t = setTimeout(resolve, boundMs);
@@ -386,6 +392,9 @@ export class ZkSession {
       /* already closed */
     }
     await ended;
+    // the client closes its socket once the server answers the goodbye: a frozen server never
+    // does, and the open socket would keep the process alive
+    dropSocket(c.connectionManager);
   }
 
   [inspect.custom](): string {

@@ -85,3 +85,17 @@ export async function mkdirp(
     }
   }
 }
+
+/**
+ * Destroys the client's socket if it is still open (after close(): the client keeps it until the
+ * server answers the goodbye, which a frozen server never does, and it keeps the process alive).
+ */
+export function dropSocket(cm: any): void {
+  const sock = cm?.socket as { destroyed?: boolean; destroy?: () => void } | undefined;
+  if (!sock || sock.destroyed) return;
+  try {
+    sock.destroy?.();
+  } catch {
+    /* already closed */
+  }
+}
