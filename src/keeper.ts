@@ -4,63 +4,50 @@
  * timer per lease. A refused renewal marks the lease lost; a failed one is retried until the
  * lease's own monotonic deadline passes, and then it is lost.
  *
+ * Leases that hang off a backend session (Redis session mode) are renewed by session instead: one
+ * `renewSessions` call per tick for every due session, whatever the number of leases.
+ *
  * A hung client cannot hold renewal up: a lease is marked lost at its deadline even while its
- * renewal is still in flight (the timer fires at the deadline of every lease, renewing or not).
- * A renewal call is given up after `opTimeout`, or once the last validity among its leases has
- * passed if that is sooner (an answer after that renews nothing). A lease that comes due while
- * calls are in flight waits for them (and joins the next call: a call answers in a round trip,
- * so this is the common case and costs no extra call) until it is urgent — a renewal interval of
- * validity left, a full interval late — and is then sent at once in a call of its own, so one
- * hung call (a pool with one connection stuck, a slow Redlock node) costs only the leases it
- * carries. At most MAX_IN_FLIGHT renewal calls are in flight per Locks, so calls never pile up on
- * a client that stopped answering: past that, a lease waits for the first of them to be given up.
+ * renewal is still in flight (the timer fires at the deadline of every lease and session, renewing
+ * or not). A renewal call is given up after `opTimeout`, or once the last validity among its
+ * leases (sessions) has passed if that is sooner (an answer after that renews nothing). A lease or
+ * session that comes due while calls are in flight waits for them (and joins the next call: a call
+ * answers in a round trip, so this is the common case and costs no extra call) until it is urgent
+ * — a renewal interval of validity left, a full interval late — and is then sent at once in a call
+ * of its own, so one hung call (a pool with one connection stuck, a slow Redlock node) costs only
+ * the leases it carries. At most MAX_IN_FLIGHT renewal calls, per-lease and per-session together,
+ * are in flight per Locks, so calls never pile up on a client that stopped answering: past that, a
+ * lease waits for the first of them to be given up.
  */
 import type { Backend } from './backend.js';
 import type { Calls } from './calls.js';
 import { channels, emit } from './events.js';
-import { driftMs, type LeaseGroup, type LeaseImpl } from './lease.js';
+import { Group } from './keeper-group.js';
+import type { LeaseImpl } from './lease.js';
 import { now } from './wait.js';
 
-/** The most per-lease renewal calls in flight at once per Locks (see the header). */
+/** The most renewal calls (per-lease and per-session together) in flight at once per Locks (see the header). */
 const MAX_IN_FLIGHT = 4;
 
-/** When a lease waiting behind calls in flight that do not carry it is sent on its own (see the header). */
-const urgentAt = (l: LeaseImpl) => l.expiresAt - l.renewInterval;
-
-/**
- * The leases that hang off one backend session (Grant.session): renewed by one
- * `renewSessions` entry for all of them, never one by one; lost together when it lapses.
- */
-class Group implements LeaseGroup {
-  readonly leases = new Map<string, LeaseImpl>(); // token → lease
-  expiresAt = -Infinity;
-  nextRenewAt = Infinity;
-  renewing = false;
-  constructor(
-    readonly id: string,
-    readonly ttlMs: number,
-  ) {}
-  get renewInterval(): number {
-    return Math.max(1, Math.floor(this.ttlMs / 3));
-  }
-  /** The session's expiry was set to its TTL by a call sent at `sentAt`. */
-  renewed(sentAt: number): void {
-    this.expiresAt = Math.max(this.expiresAt, sentAt + this.ttlMs - driftMs(this.ttlMs));
-    this.nextRenewAt = Math.min(this.nextRenewAt, sentAt + this.renewInterval);
-  }
+/** What is renewed: a lease, or a session (Group). */
+interface Renewable {
+  readonly expiresAt: number;
+  readonly nextRenewAt: number;
+  readonly renewInterval: number;
 }
+
+/** When a lease (session) waiting behind calls in flight that do not carry it is sent on its own (see the header). */
+const urgentAt = (x: Renewable) => x.expiresAt - x.renewInterval;
 
 export class Keeper {
   private readonly leases = new Set<LeaseImpl>();
   /** Leases that hang off a backend session, by session. */
   private readonly groups = new Map<string, Group>();
-  /** The session renewal in flight, if any. */
-  private groupBusy: number | null = null;
   private timer: NodeJS.Timeout | null = null;
   private timerAt = Infinity;
   private stopped = false;
   private seq = 0;
-  /** Renewal calls in flight (not yet settled or given up). */
+  /** Renewal calls in flight, per-lease and per-session (not yet settled or given up). */
   private inFlight = 0;
 
   constructor(
@@ -115,8 +102,9 @@ export class Keeper {
     this.arm(this.nextTime(lease));
   }
 
+  /** When the keeper must look at `g` next: as `nextTime` for a lease. */
   private groupTime(g: Group): number {
-    return !g.renewing && this.groupBusy === null ? Math.min(g.nextRenewAt, g.expiresAt) : g.expiresAt;
+    return this.timeOf(g, !g.renewing);
   }
 
   stop(): void {
@@ -132,10 +120,15 @@ export class Keeper {
    * deadline.
    */
   private nextTime(l: LeaseImpl): number {
-    if (!this.mayRenew(l) || this.inFlight >= MAX_IN_FLIGHT) return l.expiresAt;
+    return this.timeOf(l, this.mayRenew(l));
+  }
+
+  /** `nextTime` of a lease or a session; `may`: no call that carries it is in flight. */
+  private timeOf(x: Renewable, may: boolean): number {
+    if (!may || this.inFlight >= MAX_IN_FLIGHT) return x.expiresAt;
     // with calls in flight: looked at again once it is urgent (see mayCall)
-    const at = this.inFlight === 0 ? l.nextRenewAt : Math.max(l.nextRenewAt, urgentAt(l));
-    return Math.min(at, l.expiresAt);
+    const at = this.inFlight === 0 ? x.nextRenewAt : Math.max(x.nextRenewAt, urgentAt(x));
+    return Math.min(at, x.expiresAt);
   }
 
   private mayRenew(l: LeaseImpl): boolean {
@@ -143,13 +136,14 @@ export class Keeper {
   }
 
   /**
-   * Whether a renewal call may be sent for `l` at `t`: none is in flight, or (fewer than
-   * MAX_IN_FLIGHT are) `l` is urgent — the calls in flight, which do not carry it, have not
-   * answered in a whole renewal interval since it came due.
+   * Whether a renewal call may be sent for `x` (a lease, a session) at `t`: none was in flight
+   * when this tick began (`busy`: the count then; a tick may send a per-lease and a per-session
+   * call), or (fewer than MAX_IN_FLIGHT are) `x` is urgent — the calls in flight, which do not
+   * carry it, have not answered in a whole renewal interval since it came due.
    */
-  private mayCall(l: LeaseImpl, t: number): boolean {
-    if (this.inFlight === 0) return true;
-    return this.inFlight < MAX_IN_FLIGHT && t >= urgentAt(l);
+  private mayCall(x: Renewable, t: number, busy: number): boolean {
+    if (busy === 0) return true;
+    return this.inFlight < MAX_IN_FLIGHT && t >= urgentAt(x);
   }
 
   /** The lease's expiry or renewal time changed (an explicit extend): its timer follows. */
@@ -180,11 +174,12 @@ export class Keeper {
     this.timer = null;
     this.timerAt = Infinity;
     const t = now();
+    const busy = this.inFlight;
     const due: LeaseImpl[] = [];
     for (const l of [...this.leases]) {
       if (t >= l.expiresAt) {
         l.lose(l.expiredReason());
-      } else if (this.mayRenew(l) && l.nextRenewAt - l.renewInterval / 2 <= t && this.mayCall(l, t)) {
+      } else if (this.mayRenew(l) && l.nextRenewAt - l.renewInterval / 2 <= t && this.mayCall(l, t, busy)) {
         due.push(l);
       }
     }
@@ -193,7 +188,7 @@ export class Keeper {
     for (const g of [...this.groups.values()]) {
       if (t >= g.expiresAt) {
         this.loseGroup(g, 'its session expired before a renewal succeeded');
-      } else if (this.groupBusy === null && !g.renewing && g.nextRenewAt - g.renewInterval / 2 <= t) {
+      } else if (!g.renewing && g.nextRenewAt - g.renewInterval / 2 <= t && this.mayCall(g, t, busy)) {
         dueGroups.push(g);
       }
     }
@@ -217,14 +212,19 @@ export class Keeper {
     g.leases.clear();
   }
 
-  /** One `renewSessions` call for every due session (one round trip, whatever the leases). */
+  /**
+   * One `renewSessions` call for every due session (one round trip, whatever the leases), bounded
+   * as `renew`'s: by opTimeout, and never past the last validity among its sessions.
+   */
   private renewGroups(due: Group[]): void {
-    const id = ++this.seq;
-    this.groupBusy = id;
     for (const g of due) g.renewing = true;
     const sentAt = now();
+    let last = -Infinity;
+    for (const g of due) last = Math.max(last, g.expiresAt);
+    const ms = Math.min(this.calls.opTimeoutMs, Math.max(1, Math.ceil(last - sentAt) + 1));
+    this.inFlight++;
     this.calls
-      .run('renewal', () => this.backend.renewSessions!(due.map((g) => g.id)), {})
+      .run('renewal', () => this.backend.renewSessions!(due.map((g) => g.id)), { ms })
       .then(
         (results) => {
           due.forEach((g, i) => {
@@ -259,7 +259,7 @@ export class Keeper {
         },
       )
       .finally(() => {
-        if (this.groupBusy === id) this.groupBusy = null;
+        this.inFlight--;
         this.rearm();
       });
   }
