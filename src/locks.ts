@@ -58,12 +58,17 @@ export interface Locks {
   readonly backend: Backend;
   acquire(key: string, options?: AcquireOptions): Promise<Lease>;
   tryAcquire(key: string, options?: TryAcquireOptions): Promise<Lease | null>;
+  /**
+   * Acquires (waits), runs `fn` while the lease is renewed, releases. Rejects with LeaseLostError
+   * after `fn` returned if the lease was lost under it, or its release found the lock no longer
+   * ours (deleted or taken over under a short `fn`); `fn`'s own error wins.
+   */
   withLock<T>(key: string, fn: (lease: Lease) => Promise<T> | T, options?: AcquireOptions): Promise<T>;
   /**
    * Runs `fn` if the lock is free (`{ ran: false }` if not), and keeps it for the rest of a
    * `lockAtLeastFor` window. Rejects with LeaseLostError after `fn` returned if the lease (never
    * renewed) was lost under it: `fn` ran past `lockAtMostFor`, or the lock was no longer ours
-   * when its window was to be kept.
+   * when its window was to be kept (or, with no window, when it was released).
    */
   runExclusive<T>(
     key: string,

@@ -1,9 +1,10 @@
 /**
  * Runs under a lock, for Locks (locks.ts): `withLock` (acquire, run, release; a lease lost or
- * closed under the work is reported after it) and `runExclusive` (tryAcquire, run at most once
- * at a time, and keep the lock for the rest of a `lockAtLeastFor` window: handed over to the
- * backend's store, or extended on the server; a lease lost under the work — past lockAtMostFor,
- * or a window refused — is reported after it, as withLock's). `close()` never releases a
+ * closed under the work, or a lock its release finds gone, is reported after it) and
+ * `runExclusive` (tryAcquire, run at most once at a time, and keep the lock for the rest of a
+ * `lockAtLeastFor` window: handed over to the backend's store, or extended on the server; a lease
+ * lost under the work — past lockAtMostFor, a window refused, or with no window a release that
+ * finds the lock gone — is reported after it, as withLock's). `close()` never releases a
  * runExclusive lock whose function still runs: it is left to its stored expiry (`lockAtMostFor`),
  * as after a crash.
  */
@@ -61,10 +62,12 @@ export async function withLock<T, A>(
   const held = lease.held;
   const lost = held ? null : lease.lostError;
   const closedUnder = !held && !lost && lease.state !== 'held' && host.closingSignal.aborted;
-  await quietRelease(lease);
+  // a lock deleted or taken over under a short fn, before any renewal noticed: the release finds it gone
+  const gone = await checkedRelease(host, lease);
   // the work finished, but not under the lock the whole time: the caller must know
   if (lost) throw lost;
   if (closedUnder) throw new ClosedError();
+  if (gone) throw gone;
   return value;
 }
 
@@ -146,10 +149,8 @@ async function keepWindow(
   atLeast: number,
 ): Promise<LeaseLostError | null> {
   const keep = Math.floor(atLeast - (now() - lease.grantedAt));
-  if (keep < 1 || lease.state !== 'held') {
-    await quietRelease(lease); // nothing (more) to keep
-    return null;
-  }
+  // nothing (more) to keep: released, and a lock found gone at the release is a lost lease too
+  if (keep < 1 || lease.state !== 'held') return checkedRelease(host, lease);
   // the stored expiry keeps the window: it outlives close() and a crash
   try {
     const kept = host.backend.keep ? await keepCall(host, lease, keep) : await extendWindow(host, lease, keep);
@@ -192,6 +193,33 @@ async function extendWindow(host: ScopedHost<unknown>, lease: LeaseImpl, ms: num
     secrets: [lease.token],
   });
   return ok === true;
+}
+
+/**
+ * Releases the lease after fn. A LeaseLostError when the lease was held (by what this process
+ * knew) and the token-checked release found the lock no longer its token's: expired, deleted or
+ * taken over under fn, before any renewal or expiry noticed (another process may have run beside
+ * fn). Null otherwise: released; not held any more (lost, released or detached: told elsewhere);
+ * a release that threw (its outcome unknown: the lock runs out by its TTL); or one that `close()`
+ * may have ended first (a session backend whose session it ends).
+ */
+async function checkedRelease(host: ScopedHost<unknown>, lease: LeaseImpl): Promise<LeaseLostError | null> {
+  if (lease.state !== 'held') {
+    await quietRelease(lease);
+    return null;
+  }
+  let released: boolean;
+  try {
+    released = await lease.release();
+  } catch {
+    return null; // reported on the leasehold:release channel; the lock runs out by its TTL
+  }
+  if (released || host.closingSignal.aborted) return null;
+  // (release() marks a lease whose validity just ran out lost, and returns false without a call)
+  return (
+    lease.lostError ??
+    new LeaseLostError(lease.key, 'the lock was no longer held when it was released (expired, deleted or taken over)')
+  );
 }
 
 async function quietRelease(lease: LeaseImpl): Promise<void> {

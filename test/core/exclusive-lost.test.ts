@@ -5,9 +5,9 @@
  * returns, as withLock does, keeps no lockAtLeastFor window and leaves nothing held. Before, it
  * resolved `{ ran: true, value }` and the caller was never told.
  *
- * A lease that is not renewed learns of a deletion only at its own expiry or when its window is
- * kept (a token-checked extend, or `keep`): a deletion followed by a run that returns before
- * either is not seen by the engine (the release is token-checked and finds nothing).
+ * A lease that is not renewed learns of a deletion at its own expiry, when its window is kept (a
+ * token-checked extend, or `keep`), or, with no window, at its token-checked release, which finds
+ * the lock gone (test/core/release-gone.test.ts).
  * On the memory backend, and on a real Redis (127.0.0.1:6379).
  */
 import { randomUUID } from 'node:crypto';
@@ -187,10 +187,10 @@ describe.each([
     expect(await b.inspect('short')).toBeNull();
   });
 
-  test('a deletion before a run with no window returns inside lockAtMostFor is not seen (renew is off)', async () => {
-    // what is observable, not a promise: no call between the grant and the token-checked release
+  test('a deletion under a run with no window that returns inside lockAtMostFor is seen at the release', async () => {
+    // no call between the grant and the token-checked release, which finds the lock gone
     const { a, b, full } = await pair();
-    const r = await a.runExclusive(
+    const run = a.runExclusive(
       'unseen',
       async () => {
         await b.backend.forceRelease!(full('unseen'));
@@ -198,7 +198,7 @@ describe.each([
       },
       { lockAtMostFor: '5m' },
     );
-    expect(r).toEqual({ ran: true, value: 'a done' });
+    await expect(run).rejects.toBeInstanceOf(LeaseLostError);
     expect(await b.inspect('unseen')).toBeNull();
   });
 
