@@ -16,20 +16,12 @@
 import type { Backend, Grant } from './backend.js';
 import type { CallOptions, Calls } from './calls.js';
 import { after, cancel } from './deadlines.js';
-import { BackendError, LockTimeoutError, QuorumError } from './errors.js';
+import { BackendError, LockTimeoutError } from './errors.js';
 import { channels, emit, warn } from './events.js';
 import { driftMs } from './lease.js';
-import { isTransient } from './transient.js';
+import { GiveBack, retryable, type Failure } from './give-back.js';
 import { newToken } from './validate.js';
 import { anySignal, backoffDelay, LinkedSignal, now, race, sleep, TurnQueue, type Backoff } from './wait.js';
-
-/** A failed attempt that a wait retries until its deadline. */
-type Failure = QuorumError | BackendError;
-
-/** A failure that may pass by itself soon (src/transient.ts): a wait tries again. */
-function retryable(e: unknown): e is Failure {
-  return (e instanceof QuorumError || e instanceof BackendError) && isTransient(e);
-}
 
 /** Why a pause ended early: a local lease on its key settled (never surfaced to a caller). */
 const KICKED = Symbol('leasehold: kicked');
@@ -69,7 +61,12 @@ export class Acquirer {
    */
   private spare: LinkedSignal | null = null;
 
-  constructor(private readonly host: AcquireHost) {}
+  /** What attempts given up on leave behind, given back (give-back.ts). */
+  private readonly back: GiveBack;
+
+  constructor(private readonly host: AcquireHost) {
+    this.back = new GiveBack(host);
+  }
 
   /** A lease on `fullKey` was granted here: it kicks the key's waiter when it settles. */
   held(fullKey: string): void {
@@ -102,10 +99,10 @@ export class Acquirer {
     const o: CallOptions<Grant | null> = { key: p.key, ms, signal, closable, onTimeout, secrets: [token] };
     // assigned, not a property of the literal: no function name to define per attempt under keepNames
     o.late = (g) => {
-      if (g) return this.giveBack(p, token);
-      if (queue && backend.leave) return this.leave(p, token);
+      if (g) return this.back.giveBack(p, token);
+      if (queue && backend.leave) return this.back.leave(p, token);
     };
-    o.lateError = () => this.abandon(p, token, queue);
+    o.lateError = () => this.back.abandon(p, token, queue);
     return calls.run(
       'acquire',
       () => backend.acquire(p.fullKey, { token, ttlMs: p.ttlMs, queue, value: p.value, renew: p.renew }),
@@ -134,60 +131,6 @@ export class Acquirer {
     }
   }
 
-  /**
-   * Gives back tokens whose attempts failed with a BackendError (each leaves the queue, and a
-   * grant it may have got is released, token-checked), oldest first; the ones given back leave
-   * `stale`. Returns the transient failure that stopped it (the backend still fails: the wait
-   * pauses and tries again), else null; any other error (a refused permission) is thrown, as it
-   * is from an attempt.
-   */
-  private async sweep(p: Parsed, stale: string[], signal: AbortSignal): Promise<Failure | null> {
-    const { backend, calls } = this.host;
-    while (stale.length > 0) {
-      const t = stale[0]!;
-      const o = { key: p.key, signal, secrets: [t] };
-      try {
-        if (backend.leave) await calls.run('leave', () => backend.leave!(p.fullKey, t), o);
-        await calls.run('release', () => backend.release(p.fullKey, t), o);
-      } catch (e) {
-        if (retryable(e)) return e;
-        throw e;
-      }
-      stale.shift();
-    }
-    return null;
-  }
-
-  /** Token-checked release of a grant nobody wants any more; tracked, so close() waits for it. */
-  private giveBack(p: Parsed, token: string): Promise<unknown> {
-    const { backend, calls } = this.host;
-    return calls.run('release', () => backend.release(p.fullKey, token), { key: p.key }).catch(() => false);
-  }
-
-  /** Leaves the queue (unless it never queued), then releases: what a failed attempt may have left. */
-  private async abandon(p: Parsed, token: string, queued = true): Promise<void> {
-    if (queued && this.host.backend.leave) await this.leave(p, token);
-    await this.giveBack(p, token);
-  }
-
-  /**
-   * `abandon` in the background, tracked as a whole so close() waits for both of its calls (the
-   * release starts only once the leave settled).
-   */
-  private abandonLater(p: Parsed, token: string): void {
-    this.host.calls.track(this.abandon(p, token));
-  }
-
-  /**
-   * An attempt that failed with a BackendError or a QuorumError may still have run on the server
-   * (its reply was lost): whatever it left under `token` is given back before the error is thrown,
-   * or the lock would be held for its whole TTL by a token nobody has.
-   */
-  private failed(p: Parsed, token: string, e: unknown): unknown {
-    if (e instanceof BackendError || e instanceof QuorumError) this.abandonLater(p, token);
-    return e;
-  }
-
   /** Says (once per wait, when someone listens) that the backend fails and the wait retries. */
   private warnFailing(p: Parsed, e: Failure): boolean {
     return warn({
@@ -195,11 +138,6 @@ export class Acquirer {
       key: p.key,
       message: `acquire of "${p.key}": ${e.message}; retrying until its wait deadline`,
     });
-  }
-
-  private leave(p: Parsed, token: string): Promise<unknown> {
-    const { backend, calls } = this.host;
-    return calls.run('leave', () => backend.leave!(p.fullKey, token), { key: p.key }).catch(() => {});
   }
 
   /** The longest an attempt may take: a grant later than the lease's validity is already void. */
@@ -224,7 +162,7 @@ export class Acquirer {
         g = await this.attempt(p, token, true, ms, p.signal, true, onTimeout);
       } catch (e) {
         // one attempt was all it could have (wait: 0, or its deadline has passed): as it failed
-        if (!retryable(e) || p.signal?.aborted || now() - started >= p.waitMs) throw this.failed(p, token, e);
+        if (!retryable(e) || p.signal?.aborted || now() - started >= p.waitMs) throw this.back.failed(p, token, e);
         waiting = true;
         return await this.wait(p, token, started, true, e);
       }
@@ -240,7 +178,7 @@ export class Acquirer {
   private granted(p: Parsed, token: string, g: Grant, sentAt: number, started: number, attempts: number): unknown {
     const closing = this.host.closingSignal;
     if (p.signal?.aborted || closing.aborted) {
-      void this.giveBack(p, token); // not awaited: the caller is told at once
+      void this.back.giveBack(p, token); // not awaited: the caller is told at once
       throw p.signal?.aborted ? p.signal.reason : closing.reason;
     }
     return this.host.grant(p, token, g, sentAt, now() - started, attempts);
@@ -288,7 +226,7 @@ export class Acquirer {
           }
           if (all.signal.aborted) throw all.signal.reason;
           if (stale !== null && stale.length > 0) {
-            const e = await this.sweep(p, stale, all.signal);
+            const e = await this.back.sweep(p, stale, all.signal);
             if (e) {
               failure = e; // still failing: pause, then give back again
               queued = true;
@@ -335,9 +273,9 @@ export class Acquirer {
       // our place in the queue, unless an attempt was abandoned on its way: it may reach the server
       // after a leave sent now, so it leaves (and releases) once it settled (`attempt`)
       const abandoned = inFlight && all.signal.aborted && e === all.signal.reason;
-      if (queued && backend.leave && !abandoned) void this.leave(p, token);
+      if (queued && backend.leave && !abandoned) void this.back.leave(p, token);
       // tokens of failed attempts not given back yet: in the background (tracked: close() waits)
-      if (stale !== null) for (const t of stale) this.abandonLater(p, t);
+      if (stale !== null) for (const t of stale) this.back.abandonLater(p, t);
       throw e instanceof LockTimeoutError && failure ? new LockTimeoutError(p.key, e.waitedMs, { cause: failure }) : e;
     } finally {
       cancel(timer);
@@ -395,7 +333,7 @@ export class Acquirer {
       try {
         g = await this.attempt(p, token, false, ms, p.signal, true);
       } catch (e) {
-        throw this.failed(p, token, e);
+        throw this.back.failed(p, token, e);
       }
       if (!g) return null;
       return this.granted(p, token, g, sentAt, sentAt, 1);
