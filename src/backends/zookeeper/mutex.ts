@@ -240,15 +240,22 @@ export class Mutex {
     this.windowEnds.clear();
   }
 
-  /** True if it deleted the node; false if the node was already gone (or its session ended). */
+  /**
+   * True if it deleted the node; false if the node was already gone (or its session ended). A
+   * retry that finds the node gone on the same session, after an attempt whose reply was lost,
+   * counts as deleted: that attempt went through (the node is ephemeral, sequential and ours,
+   * so no other holder ever had it; only an administrative delete in that very gap could also
+   * have removed it, and the lock was being given up anyway).
+   */
   private async removeSurely(path: string, session: string): Promise<boolean> {
-    for (;;) {
+    for (let unknown = false; ; unknown = true) {
       try {
         await this.zk.remove(path);
         return true;
       } catch (e) {
         const code = zkCode(e);
-        if (code === NO_NODE || code === SESSION_EXPIRED) return false;
+        if (code === NO_NODE) return unknown && this.zk.session === session;
+        if (code === SESSION_EXPIRED) return false;
         if (code !== CONNECTION_LOSS) throw e;
         if (this.zk.session !== session && this.zk.session !== '') return false; // a new session: ours is gone
         if (this.zk.ending) return false; // our close() ends the session: the server deletes the node with it
