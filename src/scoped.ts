@@ -101,7 +101,7 @@ export async function runExclusive<T, A>(
     throw new ClosedError();
   }
   let value: T;
-  let lost: LeaseLostError | null;
+  let lost: LeaseLostError | ClosedError | null;
   try {
     value = await fn(lease);
   } finally {
@@ -147,7 +147,7 @@ async function keepWindow(
   host: ScopedHost<unknown>,
   lease: LeaseImpl,
   atLeast: number,
-): Promise<LeaseLostError | null> {
+): Promise<LeaseLostError | ClosedError | null> {
   const keep = Math.floor(atLeast - (now() - lease.grantedAt));
   // nothing (more) to keep: released, and a lock found gone at the release is a lost lease too
   if (keep < 1 || lease.state !== 'held') return checkedRelease(host, lease);
@@ -201,9 +201,13 @@ async function extendWindow(host: ScopedHost<unknown>, lease: LeaseImpl, ms: num
  * taken over under fn, before any renewal or expiry noticed (another process may have run beside
  * fn). Null otherwise: released; not held any more (lost, released or detached: told elsewhere);
  * a release that threw (its outcome unknown: the lock runs out by its TTL); or one that `close()`
- * may have ended first (a session backend whose session it ends).
+ * may have ended first (a session backend whose session it ends). A ClosedError when the backend
+ * itself was closed under fn (its release refuses: a session backend's close ended the lock).
  */
-async function checkedRelease(host: ScopedHost<unknown>, lease: LeaseImpl): Promise<LeaseLostError | null> {
+async function checkedRelease(
+  host: ScopedHost<unknown>,
+  lease: LeaseImpl,
+): Promise<LeaseLostError | ClosedError | null> {
   if (lease.state !== 'held') {
     await quietRelease(lease);
     return null;
@@ -211,7 +215,10 @@ async function checkedRelease(host: ScopedHost<unknown>, lease: LeaseImpl): Prom
   let released: boolean;
   try {
     released = await lease.release();
-  } catch {
+  } catch (e) {
+    // the backend was closed under fn (not the Locks: see closingSignal): the lock was not taken
+    // from the caller, but a session backend's close() ended it before fn returned
+    if (e instanceof ClosedError) return e;
     return null; // reported on the leasehold:release channel; the lock runs out by its TTL
   }
   if (released || host.closingSignal.aborted) return null;

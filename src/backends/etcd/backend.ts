@@ -218,6 +218,7 @@ export class EtcdBackend implements Backend {
   }
 
   async release(key: string, token: string): Promise<boolean> {
+    this.assertOpen(); // close() revoked our lease: the lock was ended, not found gone
     const e = this.entries.held.get(token);
     if (!e || e.key !== key) return false;
     this.entries.forget(e);

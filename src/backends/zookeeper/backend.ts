@@ -150,7 +150,9 @@ export class ZookeeperBackend implements Backend {
     return Promise.all(items.map((i) => this.mutex.extend(i.key, i.token, i.ttlMs)));
   }
 
-  release(key: string, token: string): Promise<boolean> {
+  async release(key: string, token: string): Promise<boolean> {
+    // close() ended our session (own client) or stopped tracking our nodes: not "found gone"
+    this.assertOpen();
     return this.mutex.release(key, token);
   }
 
