@@ -279,7 +279,7 @@ async function etcdBackend(url: string): Promise<Backend> {
   }
   try {
     const scoped = o.namespace ? client.namespace(o.namespace) : client;
-    return owning(etcd(scoped, o.leaseTtl === undefined ? {} : { leaseTtl: o.leaseTtl }), close);
+    return owning(etcd(scoped, o.leaseTtl === undefined ? {} : { leaseTtl: o.leaseTtl }).markOwned(), close);
   } catch (e) {
     await close();
     throw e;

@@ -35,6 +35,12 @@ export interface EtcdConfig {
   readonly leaseTtlMs: number;
 }
 
+/**
+ * After close() began on a client of our own: how long one call (a release, the revoke) may wait
+ * for a server that does not answer before the server is given up (ZooKeeper's CLOSE_GRACE_MS).
+ */
+export const CLOSE_GRACE_MS = 1000;
+
 const isLeaseGone = (e: unknown): boolean =>
   (e as Error)?.name === 'EtcdLeaseInvalidError' || /lease not found/i.test(String((e as Error)?.message));
 
@@ -52,6 +58,12 @@ export class EtcdBackend implements Backend {
   private current: Session | null = null;
   private opening: Promise<Session> | null = null;
   private closed = false;
+  /** fromUrl made the client: close() is its end, and the lease's (see closing()). */
+  private owned = false;
+  /** close() began on our own client: a server out of reach is waited for CLOSE_GRACE_MS per call. */
+  private ending = false;
+  /** A call during close() found the server out of reach: none is waited for any more. */
+  private cut = false;
 
   constructor(private readonly config: EtcdConfig) {
     this.client = config.client;
@@ -222,8 +234,41 @@ export class EtcdBackend implements Backend {
     const e = this.entries.held.get(token);
     if (!e || e.key !== key) return false;
     this.entries.forget(e);
-    const deleted = await this.entries.releaseEntry(e);
+    const deleted = await this.whileEnding(this.entries.releaseEntry(e));
     return deleted && !e.session.dead;
+  }
+
+  /** @internal fromUrl made the client (and closes it after close()): see closing(). */
+  markOwned(): this {
+    this.owned = true;
+    return this;
+  }
+
+  /**
+   * The engine's close begins (releases follow). On a client of our own the lease is revoked at
+   * close(), or, with the server out of reach, ends by its TTL as no keep-alive follows: a server
+   * that does not answer a call within CLOSE_GRACE_MS is given up, and no later call waits for it.
+   * A caller's client is left alone (the releases wait as any call: the engine bounds them).
+   */
+  closing(): void {
+    if (this.owned && !this.closed) this.ending = true;
+  }
+
+  /** `p` as is; once close() began on our own client, bounded by CLOSE_GRACE_MS (see closing()). */
+  private whileEnding<T>(p: Promise<T>): Promise<T> {
+    if (!this.ending) return p;
+    const gaveUp = () => new BackendError('etcd: closing: the server did not answer (the lease ends by its TTL)');
+    if (this.cut) {
+      p.catch(() => {}); // sent anyway: a server back in time still acts on it
+      return Promise.reject(gaveUp());
+    }
+    return race(p, {
+      ms: CLOSE_GRACE_MS,
+      onTimeout: () => {
+        this.cut = true;
+        return gaveUp();
+      },
+    });
   }
 
   /** A waiter that gave up removes its entry (its successor then watches the one before it). */
@@ -312,9 +357,10 @@ export class EtcdBackend implements Backend {
     const until = performance.now() + this.config.leaseTtlMs;
     const left = () => Math.max(0, until - performance.now());
     const opening = this.opening;
-    const s = this.current ?? (opening ? await race(opening, { ms: left() }).catch(() => null) : null);
+    const s =
+      this.current ?? (opening ? await this.whileEnding(race(opening, { ms: left() })).catch(() => null) : null);
     this.current = null;
-    if (s) await race(s.revoke(), { ms: left() }).catch(() => {});
+    if (s) await this.whileEnding(race(s.revoke(), { ms: left() })).catch(() => {});
     // a grant still under way when the bound passed: its lease is revoked when it comes (session())
   }
 
