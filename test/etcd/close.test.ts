@@ -8,8 +8,8 @@
 import { afterAll, beforeAll, expect, test } from 'vitest';
 import { createLocks, fromUrl } from '../../src/index.js';
 import { EtcdCluster } from '../support/etcd-cluster.js';
+import { sleep, took } from '../support/until.js';
 
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 let member: EtcdCluster;
 
 beforeAll(async () => {
@@ -37,13 +37,6 @@ async function until(what: string, ok: () => Promise<boolean>, ms = 5000): Promi
     await sleep(25);
   }
   throw new Error(`timed out after ${ms}ms waiting for ${what}`);
-}
-
-/** How long `p` took, or Infinity when it had not settled after `ms`. */
-async function took(p: Promise<unknown>, ms: number): Promise<number> {
-  const t0 = performance.now();
-  const done = await Promise.race([p.then(() => true), sleep(ms).then(() => false)]);
-  return done ? performance.now() - t0 : Infinity;
 }
 
 test('etcd frozen: a fromUrl backend closes within leaseTtl (and its client with it)', async () => {

@@ -94,3 +94,7 @@ export class Zk {
     await Promise.allSettled(this.open.splice(0).map((f) => f()));
   }
 }
+
+/** The connection state of the backend's own node-zookeeper-client (-2: CLOSED). */
+export const clientState = (b: ZookeeperBackend): number =>
+  (b as unknown as { zk: { client: { connectionManager: { state: number } } } }).zk.client.connectionManager.state;

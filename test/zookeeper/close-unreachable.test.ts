@@ -9,29 +9,8 @@ import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { connectZookeeper, type ZookeeperBackend } from '../../src/backends/zookeeper/index.js';
 import { createLocks, type Locks } from '../../src/index.js';
 import { haveZookeeper, startCluster, type ZkCluster } from '../support/zkserver.js';
-import { Zk } from '../support/zookeeper.js';
-
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
-
-async function until(what: string, ok: () => boolean | Promise<boolean>, ms: number): Promise<void> {
-  const end = performance.now() + ms;
-  while (performance.now() < end) {
-    if (await ok()) return;
-    await sleep(25);
-  }
-  throw new Error(`timed out after ${ms}ms waiting for ${what}`);
-}
-
-/** How long `p` took, or Infinity when it had not settled after `ms`. */
-async function took(p: Promise<unknown>, ms: number): Promise<number> {
-  const t0 = performance.now();
-  const done = await Promise.race([p.then(() => true), sleep(ms).then(() => false)]);
-  return done ? performance.now() - t0 : Infinity;
-}
-
-/** The connection state of the backend's own node-zookeeper-client (-2: CLOSED). */
-const clientState = (b: ZookeeperBackend): number =>
-  (b as unknown as { zk: { client: { connectionManager: { state: number } } } }).zk.client.connectionManager.state;
+import { clientState, Zk } from '../support/zookeeper.js';
+import { took, until } from '../support/until.js';
 
 describe('zookeeper: Locks.close() with the server out of reach (own server)', () => {
   let cluster: ZkCluster;

@@ -6,13 +6,13 @@
  * its nodes with it — so close() no longer waits for a connection, and always closes the client.
  */
 import { afterEach, describe, expect, test } from 'vitest';
-import { connectZookeeper, type ZookeeperBackend } from '../../src/backends/zookeeper/index.js';
+import { connectZookeeper } from '../../src/backends/zookeeper/index.js';
 import { createLocks, type Locks } from '../../src/index.js';
 import { Proxy } from '../faults/proxy.js';
-import { Zk, ZK_HOSTS } from '../support/zookeeper.js';
+import { clientState, Zk, ZK_HOSTS } from '../support/zookeeper.js';
+import { took, until } from '../support/until.js';
 
 const port = Number(ZK_HOSTS.split(',')[0]!.split(':')[1] ?? 2181);
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const zk = new Zk();
 const open: Locks[] = [];
 let n = 0;
@@ -21,26 +21,6 @@ afterEach(async () => {
   await Promise.allSettled(open.splice(0).map((l) => l.close()));
   await zk.closeAll();
 });
-
-async function until(what: string, ok: () => boolean | Promise<boolean>, ms: number): Promise<void> {
-  const end = performance.now() + ms;
-  while (performance.now() < end) {
-    if (await ok()) return;
-    await sleep(25);
-  }
-  throw new Error(`timed out after ${ms}ms waiting for ${what}`);
-}
-
-/** How long `p` took, or Infinity when it had not settled after `ms`. */
-async function took(p: Promise<unknown>, ms: number): Promise<number> {
-  const t0 = performance.now();
-  const done = await Promise.race([p.then(() => true), sleep(ms).then(() => false)]);
-  return done ? performance.now() - t0 : Infinity;
-}
-
-/** The connection state of the backend's own node-zookeeper-client (-2: CLOSED). */
-const clientState = (b: ZookeeperBackend): number =>
-  (b as unknown as { zk: { client: { connectionManager: { state: number } } } }).zk.client.connectionManager.state;
 
 /** A holder on the server, and a waiter (its node queued) behind a proxy that is then shut. */
 async function cutOffWaiter(opTimeout = 5000) {

@@ -13,8 +13,8 @@ import { afterEach, describe, expect, test } from 'vitest';
 import type { ZookeeperBackend } from '../../src/backends/zookeeper/index.js';
 import { createLocks, type Locks } from '../../src/index.js';
 import { Zk, ZK_HOSTS } from '../support/zookeeper.js';
+import { sleep, until } from '../support/until.js';
 
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const zk = new Zk();
 const open: Locks[] = [];
 let n = 0;
@@ -24,15 +24,6 @@ afterEach(async () => {
   await Promise.allSettled(open.splice(0).map((l) => l.close()));
   await zk.closeAll();
 });
-
-async function until(what: string, ok: () => boolean | Promise<boolean>, ms: number): Promise<void> {
-  const end = performance.now() + ms;
-  while (performance.now() < end) {
-    if (await ok()) return;
-    await sleep(25);
-  }
-  throw new Error(`timed out after ${ms}ms waiting for ${what}`);
-}
 
 async function locksOn(backend: ZookeeperBackend, ttl = 30_000): Promise<Locks> {
   const l = createLocks(backend, { ttl, prefix: 'expiry' });

@@ -10,9 +10,9 @@ import { afterAll, describe, expect, test } from 'vitest';
 import { connectZookeeper } from '../../src/backends/zookeeper/index.js';
 import { createLocks, type Locks } from '../../src/index.js';
 import { ZK_HOSTS } from '../support/zookeeper.js';
+import { until } from '../support/until.js';
 
 const target = Number(ZK_HOSTS.split(',')[0]!.split(':')[1] ?? 2181);
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 /** Forwards to ZooKeeper; while `blackhole`, new connections are accepted and never answered. */
 class Silent {
@@ -56,15 +56,6 @@ class Silent {
     const s = this.server;
     if (s) await new Promise<void>((r) => s.close(() => r()));
   }
-}
-
-async function until(what: string, ok: () => boolean | Promise<boolean>, ms: number): Promise<void> {
-  const end = performance.now() + ms;
-  while (performance.now() < end) {
-    if (await ok()) return;
-    await sleep(25);
-  }
-  throw new Error(`timed out after ${ms}ms waiting for ${what}`);
 }
 
 describe('zookeeper: an unanswered handshake', () => {
