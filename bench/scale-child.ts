@@ -1,7 +1,8 @@
 /**
- * 4. One process holding `n` auto-renewed leases for `windowMs` on a dedicated Redis (forked
- * by bench/run.ts with --expose-gc). Reports renewal traffic (Redis-side command counts and
- * client-side round trips), client CPU and heap over IPC.
+ * 4. One process holding `n` auto-renewed leases on a dedicated Redis (forked by
+ * bench/sections/scale.ts with --expose-gc): one window of `windowMs`, or (spec.rounds, the session
+ * comparison) one window per round when the parent asks. Reports renewal traffic (Redis-side
+ * command counts and client-side round trips), client and Redis CPU and heap over IPC.
  */
 import { Cluster, type Redis } from 'ioredis';
 import { Mutex } from 'redis-semaphore';
@@ -9,56 +10,10 @@ import type { Lease } from '../src/index.js';
 import { createLocks, redis } from './lib/leasehold.js';
 import { startProfile } from './lib/profile.js';
 import { ioredis, quit } from './lib/clients.js';
-import { errText, now, round, sleep } from './lib/stats.js';
+import { errText, median, now, round, sleep } from './lib/stats.js';
+import type { ScaleResult, ScaleSpec, ScaleWindow } from './lib/scale-types.js';
 
-export interface ScaleSpec {
-  /** leasehold-session: `redis(client, { session: true })` (one session key renewed per tick) */
-  lib: 'leasehold' | 'leasehold-session' | 'redis-semaphore' | 'leasehold-cluster';
-  n: number;
-  windowMs: number;
-  ttlMs: number;
-  port: number;
-  /**
-   * The control of a leasehold row: the same leases held in the same way (same objects in the
-   * heap, the keeper's and the sessions' entries included, same keys in Redis) with a TTL so far
-   * beyond the window that their first renewal falls after it, so that nothing is sent during it.
-   * Its CPU is what holding `n` leases costs a process and a Redis server at rest; the row's CPU
-   * minus its control's is what renewing them costs.
-   */
-  control?: boolean;
-}
-
-export interface ScaleResult {
-  lib: ScaleSpec['lib'];
-  n: number;
-  /** the control row (held without renewal): see ScaleSpec.control */
-  control?: boolean;
-  ttlMs: number;
-  /** the library's renewal period for these leases, ms */
-  renewEveryMs: number;
-  acquireAllMs: number;
-  windowMs: number;
-  /** top-level commands Redis processed per second during the window (INFO stats) */
-  redisCommandsPerSec: number;
-  /** Redis server CPU (user+sys) during the window, % of one core */
-  redisCpuPct: number;
-  /** client → Redis renewal requests per second that were separate round trips (pipelines count once) */
-  roundTripsPerSec: number;
-  /** renewal round trips per renewal period (leasehold goal: ≤ 1) */
-  roundTripsPerTick: number;
-  /** lease renewals per second (items renewed) */
-  renewalsPerSec: number;
-  clientCpuPct: number;
-  heapBeforeMB: number;
-  heapHeldMB: number;
-  heapPeakMB: number;
-  rssMB: number;
-  lost: number;
-  releaseAllMs: number;
-  /** Redis Cluster row: masters the leases spread over; round trips per tick are then per node */
-  nodes?: number;
-  error?: string;
-}
+export type { ScaleResult, ScaleSpec, ScaleWindow } from './lib/scale-types.js';
 
 /** The services' Redis Cluster (scripts/services.d/cluster.sh); LEASEHOLD_CLUSTER_NODES moves it. */
 const CLUSTER_NODES = (process.env.LEASEHOLD_CLUSTER_NODES ?? '127.0.0.1:7301,127.0.0.1:7302,127.0.0.1:7303')
@@ -182,13 +137,13 @@ const profiler = (lib: string) => startProfile(`scale-${lib}`);
 const gc = (globalThis as { gc?: () => void }).gc ?? (() => {});
 const mb = (b: number) => round(b / 1048576);
 
-async function info(admin: Redis): Promise<{ commands: number; cpu: number }> {
+async function info(admin: Redis): Promise<{ commands: number; cpu: number; user: number; sys: number }> {
   const s = await admin.info('stats');
   const c = await admin.info('cpu');
   const commands = Number(/total_commands_processed:(\d+)/.exec(s)?.[1] ?? NaN);
   const user = Number(/used_cpu_user:([\d.]+)/.exec(c)?.[1] ?? NaN);
   const sys = Number(/used_cpu_sys:([\d.]+)/.exec(c)?.[1] ?? NaN);
-  return { commands, cpu: user + sys };
+  return { commands, cpu: user + sys, user, sys };
 }
 
 /** Runs `f(i)` for i in [0, n) with at most `width` in flight. */
@@ -201,13 +156,23 @@ async function pool(n: number, width: number, f: (i: number) => Promise<void>): 
   );
 }
 
-async function run(spec: ScaleSpec): Promise<ScaleResult> {
-  if (spec.lib === 'leasehold-cluster') return runCluster(spec);
+/** `n` leases held in this process, and what a window reads of them. */
+interface Held {
+  admin: Redis;
+  client: Redis;
+  counted: { calls: number; items: number };
+  renewEveryMs: number;
+  acquireAllMs: number;
+  heapBefore: number;
+  countLost: () => number;
+  releaseAll: () => Promise<void>;
+}
+
+async function hold(spec: ScaleSpec): Promise<Held> {
   const admin = await ioredis(spec.port);
   const client = await ioredis(spec.port);
   await admin.flushall();
-  let calls = 0;
-  let items = 0;
+  const counted = { calls: 0, items: 0 };
   let lost = 0;
   let renewEveryMs: number;
   let releaseAll: () => Promise<void>;
@@ -219,26 +184,26 @@ async function run(spec: ScaleSpec): Promise<ScaleResult> {
     const backend = redis(client, { session: spec.lib === 'leasehold-session' });
     const extend = backend.extend.bind(backend);
     backend.extend = (batch) => {
-      calls++;
-      items += batch.length;
+      counted.calls++;
+      counted.items += batch.length;
       return extend(batch);
     };
     const renewSessions = backend.renewSessions?.bind(backend);
     // session mode: one pipeline per tick renews the session key (renewals/s counts sessions)
     if (renewSessions) {
       (backend as { renewSessions: typeof renewSessions }).renewSessions = (ids) => {
-        calls++;
-        items += ids.length;
+        counted.calls++;
+        counted.items += ids.length;
         return renewSessions(ids);
       };
     }
-    // the control: a TTL 20 × the window, renewed as the row's leases are (so the heap holds the
-    // same renewal entries: a group per session, a binding per lease) but first after 20/3 windows,
-    // so nothing is sent during it (its "renewal period" is the row's). Not `renew: false`: such
-    // leases hang off no session, and a smaller heap at rest made the row minus its control count
-    // the keeper's per-lease entries (11.5 MB at 100,000) as renewal's cost
+    // the control: a TTL 20 × all its windows, renewed as the row's leases are (so the heap holds
+    // the same renewal entries: a group per session, a binding per lease) but first after 20/3 of
+    // them, so nothing is sent during any window (its "renewal period" is the row's). Not
+    // `renew: false`: such leases hang off no session, and a smaller heap at rest made the row
+    // minus its control count the keeper's per-lease entries (11.5 MB at 100,000) as renewal's cost
     const locks = spec.control
-      ? createLocks(backend, { ttl: spec.windowMs * 20 })
+      ? createLocks(backend, { ttl: spec.windowMs * (spec.rounds ?? 1) * 20 })
       : createLocks(backend, { ttl: spec.ttlMs });
     renewEveryMs = Math.floor(spec.ttlMs / 3);
     const leases: Lease[] = new Array<Lease>(spec.n);
@@ -255,8 +220,8 @@ async function run(spec: ScaleSpec): Promise<ScaleResult> {
     // redis-semaphore refreshes each mutex with its own setInterval (0.8 × lockTimeout)
     const evalsha = client.evalsha.bind(client) as (...a: unknown[]) => Promise<unknown>;
     (client as any).evalsha = (...a: unknown[]) => {
-      calls++;
-      items++;
+      counted.calls++;
+      counted.items++;
       return evalsha(...a);
     };
     renewEveryMs = Math.round(spec.ttlMs * 0.8);
@@ -272,63 +237,121 @@ async function run(spec: ScaleSpec): Promise<ScaleResult> {
     };
   }
   const acquireAllMs = now() - t0;
-  // steady state: every lease has been renewed at least once before the window opens
+  // steady state: every lease has been renewed at least once before a window opens
   await sleep(renewEveryMs + 200);
-  gc();
-  const heapHeld = process.memoryUsage().heapUsed;
-  const before = await info(admin);
-  calls = 0;
-  items = 0;
-  const stopProfile = await profiler(spec.lib);
+  gc(); // once, after the acquisition burst: never again between windows (GC is part of the cost)
+  return { admin, client, counted, renewEveryMs, acquireAllMs, heapBefore, countLost, releaseAll };
+}
+
+/** One measured window of `ms` over leases already held. */
+async function measure(h: Held, ms: number): Promise<ScaleWindow> {
+  const before = await info(h.admin);
+  h.counted.calls = 0;
+  h.counted.items = 0;
   const cpu0 = process.cpuUsage();
   const w0 = now();
   let heapPeak = 0;
-  while (now() - w0 < spec.windowMs) {
-    await sleep(Math.min(250, spec.windowMs - (now() - w0)));
+  while (now() - w0 < ms) {
+    await sleep(Math.min(250, ms - (now() - w0)));
     heapPeak = Math.max(heapPeak, process.memoryUsage().heapUsed);
   }
   const cpu = process.cpuUsage(cpu0);
   const windowMs = now() - w0;
-  await stopProfile();
-  const after = await info(admin);
-  const rtCalls = calls;
-  const renewed = items;
-  const lostNow = countLost();
+  const after = await info(h.admin);
+  const sec = windowMs / 1000;
+  const pct = (us: number) => round((us / 1000 / windowMs) * 100);
+  const redisPct = (s: number) => round((s / sec) * 100);
+  return {
+    windowMs: Math.round(windowMs),
+    // the closing INFO pair itself is 2 of the counted commands
+    redisCommandsPerSec: Math.round((after.commands - before.commands - 2) / sec),
+    redisCpuPct: redisPct(after.cpu - before.cpu),
+    redisUserPct: redisPct(after.user - before.user),
+    redisSysPct: redisPct(after.sys - before.sys),
+    roundTripsPerSec: round(h.counted.calls / sec),
+    roundTripsPerTick: round(h.counted.calls / (windowMs / h.renewEveryMs)),
+    renewalsPerSec: Math.round(h.counted.items / sec),
+    clientCpuPct: pct(cpu.user + cpu.system),
+    userCpuPct: pct(cpu.user),
+    sysCpuPct: pct(cpu.system),
+    heapPeakMB: mb(heapPeak),
+    lost: h.countLost(),
+  };
+}
+
+/** Ends the leases (not measured) and makes the row: its one window, or the median of its rounds. */
+async function finish(spec: ScaleSpec, h: Held, heapHeld: number, windows: ScaleWindow[]): Promise<ScaleResult> {
   const rss = process.memoryUsage().rss;
   const r0 = now();
-  await releaseAll();
+  await h.releaseAll();
   const releaseAllMs = now() - r0;
-  await quit(client);
-  await quit(admin);
-  const sec = windowMs / 1000;
+  await quit(h.client);
+  await quit(h.admin);
+  const med = (f: (w: ScaleWindow) => number) => round(median(windows.map(f)));
   return {
     lib: spec.lib,
     n: spec.n,
     ...(spec.control ? { control: true } : {}),
     ttlMs: spec.ttlMs,
-    renewEveryMs,
-    acquireAllMs: Math.round(acquireAllMs),
-    windowMs: Math.round(windowMs),
-    // the closing INFO pair itself is 2 of the counted commands
-    redisCommandsPerSec: Math.round((after.commands - before.commands - 2) / sec),
-    redisCpuPct: round(((after.cpu - before.cpu) / sec) * 100),
-    roundTripsPerSec: round(rtCalls / sec),
-    roundTripsPerTick: round(rtCalls / (windowMs / renewEveryMs)),
-    renewalsPerSec: Math.round(renewed / sec),
-    clientCpuPct: round(((cpu.user + cpu.system) / 1000 / windowMs) * 100),
-    heapBeforeMB: mb(heapBefore),
+    renewEveryMs: h.renewEveryMs,
+    acquireAllMs: Math.round(h.acquireAllMs),
+    windowMs: windows.length === 1 ? windows[0]!.windowMs : Math.round(med((w) => w.windowMs)),
+    redisCommandsPerSec: Math.round(med((w) => w.redisCommandsPerSec)),
+    redisCpuPct: med((w) => w.redisCpuPct),
+    roundTripsPerSec: med((w) => w.roundTripsPerSec),
+    roundTripsPerTick: med((w) => w.roundTripsPerTick),
+    renewalsPerSec: Math.round(med((w) => w.renewalsPerSec)),
+    clientCpuPct: med((w) => w.clientCpuPct),
+    userCpuPct: med((w) => w.userCpuPct),
+    sysCpuPct: med((w) => w.sysCpuPct),
+    heapBeforeMB: mb(h.heapBefore),
     heapHeldMB: mb(heapHeld),
-    heapPeakMB: mb(heapPeak),
+    heapPeakMB: Math.max(...windows.map((w) => w.heapPeakMB)),
     rssMB: mb(rss),
-    lost: lostNow,
+    lost: Math.max(...windows.map((w) => w.lost)),
     releaseAllMs: Math.round(releaseAllMs),
+    ...(windows.length > 1 ? { rounds: windows } : {}),
   };
 }
 
-process.once('message', (spec: ScaleSpec) => {
-  run(spec).then(
-    (r) => process.send?.({ ok: true, result: r }),
-    (e: unknown) => process.send?.({ ok: false, error: errText(e) }),
-  );
+/** One window per child (the per-lease rows, redis-semaphore): acquire, settle, measure, release. */
+async function run(spec: ScaleSpec): Promise<ScaleResult> {
+  if (spec.lib === 'leasehold-cluster') return runCluster(spec);
+  const h = await hold(spec);
+  const heapHeld = process.memoryUsage().heapUsed;
+  const stopProfile = await profiler(spec.lib);
+  const w = await measure(h, spec.windowMs);
+  await stopProfile();
+  return finish(spec, h, heapHeld, [w]);
+}
+
+/**
+ * Rounds (spec.rounds): the parent (bench/sections/scale-session.ts) sends { window: ms } once per
+ * round, to every child of the comparison at once, and { finish: true } after the last; a window
+ * with `warmup` is measured and reported, but is not one of the row's rounds.
+ */
+let rounds: { spec: ScaleSpec; held: Held; heapHeld: number; windows: ScaleWindow[] } | null = null;
+const fail = (e: unknown) => process.send?.({ ok: false, error: errText(e) });
+
+process.on('message', (m: ScaleSpec | { window: number; warmup?: true } | { finish: true }) => {
+  if ('lib' in m && m.rounds) {
+    const spec = m;
+    hold(spec).then((held) => {
+      const heapHeld = process.memoryUsage().heapUsed;
+      rounds = { spec, held, heapHeld, windows: [] };
+      process.send?.({ ready: true });
+    }, fail);
+  } else if ('lib' in m) {
+    run(m).then((r) => process.send?.({ ok: true, result: r }), fail);
+  } else if ('window' in m && rounds) {
+    const r = rounds;
+    measure(r.held, m.window).then((w) => {
+      if (!m.warmup) r.windows.push(w);
+      process.send?.({ window: w });
+    }, fail);
+  } else if ('finish' in m && rounds) {
+    const r = rounds;
+    finish(r.spec, r.held, r.heapHeld, r.windows).then((res) => process.send?.({ ok: true, result: res }), fail);
+  }
 });
 process.on('disconnect', () => process.exit(0));

@@ -59,6 +59,14 @@ export class Samples {
   }
 }
 
+/** The median of `v` (the mean of the middle two for an even count; NaN for none). */
+export function median(v: number[]): number {
+  if (v.length === 0) return NaN;
+  const s = [...v].sort((a, b) => a - b);
+  const m = s.length >> 1;
+  return s.length % 2 ? s[m]! : (s[m - 1]! + s[m]!) / 2;
+}
+
 /** Rounds for JSON and tables: 3 significant decimals below 10, fewer above. */
 export function round(v: number): number {
   if (!Number.isFinite(v)) return v;

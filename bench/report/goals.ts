@@ -1,4 +1,4 @@
-/** The issue's goals P1..P5, each computed from the measurements as a ratio with a verdict. */
+/** The goals P1..P5 (issue 5) and P6 (issue #17's session comparison), each computed from the measurements as a ratio with a verdict. */
 import { LIBS } from '../sections/redlock.js';
 import { LEGACY_BATCHED_FLOOR, NAMES } from '../sections/uncontended.js';
 import { pairedRatio } from '../lib/measure.js';
@@ -6,6 +6,7 @@ import { round } from '../lib/stats.js';
 import { pct, tailOf } from './tail.js';
 import type { ContendedRun } from '../sections/contended.js';
 import type { Goal, Results } from './types.js';
+import { type Spread, pp, sessionComparison, spreadText } from './session.js';
 
 const x = (v: number) => `${round(v)}×`;
 const notMeasured = (g: Omit<Goal, 'ratio' | 'met' | 'measured'>, why: string): Goal => ({
@@ -243,6 +244,79 @@ function p5(r: Results): Goal {
   );
 }
 
+/**
+ * P6 (issue #17): 100,000 session leases cost no more than 10,000 (n and 10 × n; --quick: 1,000
+ * and 10,000). Decided from the paired rounds of bench/sections/scale-session.ts, never from one
+ * window per row (single 30 s windows, runs 16–18, put the difference far inside the run-to-run
+ * noise: the verdict was a coin flip). The rule, for client CPU, Redis CPU and the two together:
+ * per round, d = (10n row − its control) − (n row − its control), what renewing 10 × n costs more
+ * than renewing n, in % of a core. Each of the three is
+ *   - "no more" when the median d over the rounds is ≤ 0;
+ *   - "within the noise" when the median d is > 0 but at least one round's d is ≤ 0 (zero lies
+ *     inside the rounds' min–max of d: no round-to-round evidence of a difference; if there were
+ *     none, all of 6 rounds would still come out above 0 by chance 1 time in 64, a sign test);
+ *   - "more" when every round's d is > 0.
+ * Met when none of the three is "more" and no lease of either row was lost; the measured text says
+ * "within the noise" whenever that is what the verdict rests on, and gives every round's d. The
+ * totals (10n row − n row, holding the leases at rest included) are given but not scored: holding
+ * 10 × the leases costs heap and Redis housekeeping whether they are renewed or not
+ * (docs/benchmarks.md, "Scale controls"). Runs before 2026-12-05 have no rounds: not measured.
+ */
+function p6(r: Results): Goal {
+  const c = sessionComparison(r.scale);
+  const g = {
+    id: 'P6',
+    title: `${c?.big ?? 100_000} session leases cost no more to renew than ${c?.n ?? 10_000} (#17)`,
+    target: "renewing cost (row − its control) paired by round: median difference ≤ 0, or inside the rounds' spread",
+  } as const;
+  if (!c) return notMeasured(g, 'no session rows measured in rounds');
+  const judge = (x: Spread) => (x.median <= 0 ? 'no more' : x.min <= 0 ? 'within the noise' : 'more');
+  const parts = [
+    ['client CPU', c.renewDiff.client],
+    ['Redis CPU', c.renewDiff.redis],
+    ['both', c.renewDiff.both],
+  ] as const;
+  const says = parts.map(([what, x]) => ({ what, x, word: judge(x) }));
+  const more = says.filter((s) => s.word === 'more');
+  const noise = says.filter((s) => s.word === 'within the noise');
+  const met = more.length === 0 && c.lost === 0;
+  const why = !met
+    ? more.length
+      ? `above the noise: ${c.big} cost more to renew than ${c.n} in every round (${more.map((s) => s.what).join(', ')})` +
+        (c.lost ? `; ${c.lost} leases lost` : '')
+      : `${c.lost} leases lost`
+    : noise.length
+      ? "within the noise: the median difference is above 0 but 0 is inside the rounds' spread (" +
+        noise
+          .map(
+            (s) =>
+              `${s.what}: median ${pp(s.x.median, true)}, ${s.x.values.filter((v) => v <= 0).length} of ${c.rounds} rounds ≤ 0`,
+          )
+          .join('; ') +
+        ')'
+      : 'the median difference is ≤ 0';
+  const renew = (x: { client: Spread; redis: Spread }) =>
+    `client ${spreadText(x.client)} %, Redis ${spreadText(x.redis)} %`;
+  return {
+    ...g,
+    ratio: c.renewSmall.both.median > 0 ? round(c.renewLarge.both.median / c.renewSmall.both.median) : null,
+    measured:
+      `${why}. ${c.rounds} rounds of ${c.windowMs / 1000} s, the four rows measured at once. ` +
+      `Renewing ${c.big} − renewing ${c.n}, per round: ` +
+      says
+        .map(
+          (s) =>
+            `${s.what} ${s.x.values.map((v) => pp(v, true)).join(', ')} (median ${pp(s.x.median, true)}: ${s.word})`,
+        )
+        .join('; ') +
+      ` % of a core. Renewing ${c.n}: ${renew(c.renewSmall)}; renewing ${c.big}: ${renew(c.renewLarge)} (median, min to max). ` +
+      `Totals (${c.big} row − ${c.n} row, holding included, not scored): client ${spreadText(c.totalDiff.client, true)} %, ` +
+      `Redis ${spreadText(c.totalDiff.redis, true)} %. Lost ${c.lost}`,
+    met,
+    ...(met && noise.length ? { qualifier: 'within the noise' } : {}),
+  };
+}
+
 /** Every subject's errors, one entry each, for results.errors (and so the exit code). */
 export function subjectErrors(r: Results): { section: string; error: string }[] {
   const out: { section: string; error: string }[] = [];
@@ -261,5 +335,5 @@ export function subjectErrors(r: Results): { section: string; error: string }[] 
 }
 
 export function goals(r: Results): Goal[] {
-  return [p1(r), p2(r), p3(r), p4(r), p5(r)];
+  return [p1(r), p2(r), p3(r), p4(r), p5(r), p6(r)];
 }

@@ -3,12 +3,19 @@ import { pairedRatio, type LatencyResult } from '../lib/measure.js';
 import type { ContendedRun } from '../sections/contended.js';
 import { LEGACY_BATCHED_FLOOR, NAMES } from '../sections/uncontended.js';
 import { pct, tailOf } from './tail.js';
+import { sessionComparison, sessionLines } from './session.js';
 import type { Goal, Results } from './types.js';
 
 const row = (cells: (string | number)[]) => `| ${cells.join(' | ')} |`;
 const head = (cells: string[]) => [row(cells), row(cells.map(() => '---'))];
 const verdict = (g: Goal) =>
-  g.errors ? `**not met (errors: ${g.errors})**` : g.met === null ? 'not measured' : g.met ? '**met**' : '**missed**';
+  g.errors
+    ? `**not met (errors: ${g.errors})**`
+    : g.met === null
+      ? 'not measured'
+      : g.met
+        ? `**met**${g.qualifier ? ` (${g.qualifier})` : ''}`
+        : '**missed**';
 
 function latencyRows(rs: LatencyResult[], floor?: LatencyResult): string[] {
   return rs.map((s) =>
@@ -182,7 +189,8 @@ export function markdown(r: Results, chartFile: string): string {
         row([
           (x.nodes ? `${x.lib} (${x.nodes} masters; round trips per node)` : x.lib) +
             (x.n !== s.n ? ` (${x.n} leases)` : '') +
-            (x.control ? ', held without renewal (control)' : ''),
+            (x.control ? ', held without renewal (control)' : '') +
+            (x.rounds ? ` (median of ${x.rounds.length} rounds of ${Math.round(x.windowMs / 1000)} s)` : ''),
           `${x.renewEveryMs} ms`,
           x.redisCommandsPerSec,
           x.renewalsPerSec,
@@ -198,6 +206,7 @@ export function markdown(r: Results, chartFile: string): string {
     for (const f of s.failures) L.push(`- ${f.lib} failed: ${f.error}`);
     L.push('');
     const peer = s.results.find((x) => x.lib === 'redis-semaphore');
+    const paired = sessionComparison(s);
     for (const x of s.results.filter((y) => y.lib === 'leasehold-session' && !y.control)) {
       const q = (a: number, b: number) => (b > 0 ? `${(a / b).toFixed(2)}×` : 'n/a');
       if (peer) {
@@ -207,9 +216,10 @@ export function markdown(r: Results, chartFile: string): string {
             `${x.roundTripsPerTick} round trips per tick, ${x.lost} lost`,
         );
       }
-      // what renewing costs: the row minus its control (the same leases held, nothing sent)
+      // what renewing costs: the row minus its control (the same leases held, nothing sent); with
+      // rounds, the paired figures below
       const c = s.results.find((y) => y.lib === x.lib && y.control && y.n === x.n);
-      if (c) {
+      if (c && !paired) {
         const d = (a: number, b: number) => Math.round((a - b) * 1000) / 1000;
         L.push(
           `- leasehold-session, ${x.n} leases, renewing them (the row minus its control): client CPU ` +
@@ -217,6 +227,13 @@ export function markdown(r: Results, chartFile: string): string {
             `(holding them at rest: ${c.clientCpuPct} % and ${c.redisCpuPct} %)`,
         );
       }
+    }
+    if (paired) {
+      const p6 = r.goals.find((g) => g.id === 'P6');
+      L.push('');
+      L.push(
+        ...sessionLines(paired, p6 ? `${verdict(p6)}, ${p6.measured.split('. ')[0]} (Goals above)` : 'not scored'),
+      );
     }
     L.push('');
     L.push('Redis commands/s counts the commands run inside scripts too (Redis 7 `total_commands_processed`).');

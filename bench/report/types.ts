@@ -29,7 +29,7 @@ export interface Meta {
 }
 
 export interface Goal {
-  id: 'P1' | 'P2' | 'P3' | 'P4' | 'P5';
+  id: 'P1' | 'P2' | 'P3' | 'P4' | 'P5' | 'P6';
   title: string;
   target: string;
   /** the headline measured ratio (null when not measured) */
@@ -40,6 +40,8 @@ export interface Goal {
   met: boolean | null;
   /** errors of the subjects the verdict compares (then met is false: the verdict is refused) */
   errors?: number;
+  /** what a met verdict rests on when it is not a clear pass (P6: 'within the noise'); in the report beside it */
+  qualifier?: string;
 }
 
 export interface Results {

@@ -10,6 +10,7 @@ import { forkTs, onCleanup, RedisServer, stopChild } from '../lib/procs.js';
 import { closeOnStop } from '../lib/scope.js';
 import { errText } from '../lib/stats.js';
 import type { ScaleResult, ScaleSpec } from '../scale-child.js';
+import { type SessionRounds, sessionRounds } from './scale-session.js';
 
 const CHILD = fileURLToPath(new URL('../scale-child.ts', import.meta.url));
 
@@ -39,7 +40,19 @@ export interface ScaleSection {
   port: number;
   results: ScaleResult[];
   failures: { lib: string; error: string }[];
+  /** how the session rows (leasehold-session and controls) were measured; absent before 2026-12-05 */
+  session?: SessionRounds;
 }
+
+/**
+ * The session comparison's rounds: 6 × 20 s measures each of the four rows for 120 s (four 30 s
+ * windows one after another did 30 s each, in about the same time), after a 5 s warm-up window
+ * that is not counted; --quick: 2 × 1 s, to see it work.
+ */
+const SESSION_ROUNDS = {
+  full: { rounds: 6, windowMs: 20_000, warmupMs: 5_000 },
+  quick: { rounds: 2, windowMs: 1_000, warmupMs: 0 },
+};
 
 function runChild(spec: ScaleSpec, timeoutMs: number): Promise<ScaleResult> {
   // --no-memory-reducer, for every library alike: V8's memory reducer shrinks the heap with a few
@@ -92,32 +105,16 @@ export async function scale(ctx: Ctx): Promise<ScaleSection> {
         ctx.log(`  failed: ${errText(e)}`);
       }
     }
-    // session renewal (issue #17): the same n, and 10 × n, which must cost no more; each with its
-    // control (the same leases held without renewal: what holding them costs at rest), not in --quick
-    const sessionRuns = [n, 10 * n].flatMap((m) =>
-      ctx.quick ? [{ m, control: false }] : [false, true].map((control) => ({ m, control })),
-    );
-    for (const { m, control } of sessionRuns) {
-      ctx.signal.throwIfAborted();
-      ctx.log(
-        `leasehold-session${control ? ' (control: held, not renewed)' : ''}: ${m} leases, ttl ${ttlMs}ms, window ${windowMs}ms`,
-      );
-      try {
-        const spec = { lib: 'leasehold-session' as const, n: m, windowMs, ttlMs, port, control };
-        const r = await runChild(spec, windowMs + 180_000);
-        out.results.push(r);
-        ctx.log(
-          `  ${r.redisCommandsPerSec} cmd/s, ${r.roundTripsPerTick} round trips/tick, client CPU ${r.clientCpuPct}%, ` +
-            `Redis CPU ${r.redisCpuPct}%, heap ${r.heapHeldMB} MB, lost ${r.lost}`,
-        );
-      } catch (e) {
-        out.failures.push({ lib: `leasehold-session (${m}${control ? ', control' : ''})`, error: errText(e) });
-        ctx.log(`  failed: ${errText(e)}`);
-      }
-    }
   } finally {
     await server.stop();
   }
+  // session renewal (issue #17): n and 10 × n leases, each with its control, in paired rounds
+  ctx.signal.throwIfAborted();
+  const plan = SESSION_ROUNDS[ctx.quick ? 'quick' : 'full'];
+  const session = await sessionRounds(ctx, { n, ttlMs, ...plan, childPath: CHILD });
+  out.results.push(...session.results);
+  out.failures.push(...session.failures);
+  if (session.results.length) out.session = { ...plan, simultaneous: true };
   ctx.signal.throwIfAborted();
   if (await clusterUp()) {
     ctx.log(`leasehold on Redis Cluster: ${n} leases, ttl ${ttlMs}ms, window ${windowMs}ms`);
