@@ -20,6 +20,7 @@ import type {
   ResultStore,
 } from '../../backend.js';
 import { BackendError, ClosedError, InvalidArgumentError } from '../../errors.js';
+import { Cutoff } from './cutoff.js';
 import { Entries, type Entry } from './entries.js';
 import { encodeValue, entriesOf, entryKey, resultKey } from './keys.js';
 import { againTxn, dropTxn, queueTxn, tryTxn } from './txns.js';
@@ -35,12 +36,6 @@ export interface EtcdConfig {
   readonly leaseTtlMs: number;
 }
 
-/**
- * After close() began on a client of our own: how long one call (a release, the revoke) may wait
- * for a server that does not answer before the server is given up (ZooKeeper's CLOSE_GRACE_MS).
- */
-export const CLOSE_GRACE_MS = 1000;
-
 const isLeaseGone = (e: unknown): boolean =>
   (e as Error)?.name === 'EtcdLeaseInvalidError' || /lease not found/i.test(String((e as Error)?.message));
 
@@ -48,8 +43,8 @@ export class EtcdBackend implements Backend {
   readonly name = 'etcd';
   readonly capabilities: BackendCapabilities = { push: true, fair: true, value: true, results: true, session: true };
   readonly results: ResultStore = {
-    get: (lockKey) => this.keys.value(resultKey(lockKey)),
-    put: (lockKey, token, value, ttlMs) => this.putResult(lockKey, token, value, ttlMs),
+    get: (lockKey) => this.cutoff.bound(this.keys.value(resultKey(lockKey))),
+    put: (lockKey, token, value, ttlMs) => this.cutoff.bound(this.putResult(lockKey, token, value, ttlMs)),
   };
   readonly client: Namespace;
   private readonly keys: Keyspace;
@@ -58,12 +53,8 @@ export class EtcdBackend implements Backend {
   private current: Session | null = null;
   private opening: Promise<Session> | null = null;
   private closed = false;
-  /** fromUrl made the client: close() is its end, and the lease's (see closing()). */
-  private owned = false;
-  /** close() began on our own client: a server out of reach is waited for CLOSE_GRACE_MS per call. */
-  private ending = false;
-  /** A call during close() found the server out of reach: none is waited for any more. */
-  private cut = false;
+  /** On fromUrl's own client: once close() began, a server that does not answer is given up. */
+  private readonly cutoff = new Cutoff();
 
   constructor(private readonly config: EtcdConfig) {
     this.client = config.client;
@@ -106,6 +97,10 @@ export class EtcdBackend implements Backend {
 
   async acquire(key: string, req: AcquireRequest): Promise<Grant | null> {
     this.check(key, req?.token);
+    return this.cutoff.bound(this.attempt(key, req));
+  }
+
+  private async attempt(key: string, req: AcquireRequest): Promise<Grant | null> {
     const place = this.entries.places.get(req.token);
     if (place) return this.again(place, req);
     for (let tries = 0; ; tries++) {
@@ -226,7 +221,7 @@ export class EtcdBackend implements Backend {
    * with its create revision, under its lease, and that lease must have a confirmed keep-alive.
    */
   extend(items: readonly ExtendItem[]): Promise<boolean[]> {
-    return this.entries.extend(items);
+    return this.cutoff.bound(this.entries.extend(items));
   }
 
   async release(key: string, token: string): Promise<boolean> {
@@ -234,41 +229,25 @@ export class EtcdBackend implements Backend {
     const e = this.entries.held.get(token);
     if (!e || e.key !== key) return false;
     this.entries.forget(e);
-    const deleted = await this.whileEnding(this.entries.releaseEntry(e));
+    const deleted = await this.cutoff.bound(this.entries.releaseEntry(e));
     return deleted && !e.session.dead;
   }
 
   /** @internal fromUrl made the client (and closes it after close()): see closing(). */
   markOwned(): this {
-    this.owned = true;
+    this.cutoff.owned = true;
     return this;
   }
 
   /**
    * The engine's close begins (releases follow). On a client of our own the lease is revoked at
-   * close(), or, with the server out of reach, ends by its TTL as no keep-alive follows: a server
-   * that does not answer a call within CLOSE_GRACE_MS is given up, and no later call waits for it.
-   * A caller's client is left alone (the releases wait as any call: the engine bounds them).
+   * close(), or, with the server out of reach, ends by its TTL as no keep-alive follows: a call
+   * (one in flight too: an acquire, a leave, a renewal) that the server does not answer within
+   * CLOSE_GRACE_MS of now gives it up, and no later call waits for it (cutoff.ts). A caller's
+   * client is left alone (its calls wait as any call: the engine bounds them).
    */
   closing(): void {
-    if (this.owned && !this.closed) this.ending = true;
-  }
-
-  /** `p` as is; once close() began on our own client, bounded by CLOSE_GRACE_MS (see closing()). */
-  private whileEnding<T>(p: Promise<T>): Promise<T> {
-    if (!this.ending) return p;
-    const gaveUp = () => new BackendError('etcd: closing: the server did not answer (the lease ends by its TTL)');
-    if (this.cut) {
-      p.catch(() => {}); // sent anyway: a server back in time still acts on it
-      return Promise.reject(gaveUp());
-    }
-    return race(p, {
-      ms: CLOSE_GRACE_MS,
-      onTimeout: () => {
-        this.cut = true;
-        return gaveUp();
-      },
-    });
+    if (!this.closed) this.cutoff.begin();
   }
 
   /** A waiter that gave up removes its entry (its successor then watches the one before it). */
@@ -277,7 +256,7 @@ export class EtcdBackend implements Backend {
     if (!e || e.key !== key) return;
     this.entries.places.delete(token);
     if (this.entries.preds.has(key)) this.entries.preds.delete(key);
-    await this.entries.deleteEntry(e);
+    await this.cutoff.bound(this.entries.deleteEntry(e));
   }
 
   /**
@@ -302,12 +281,12 @@ export class EtcdBackend implements Backend {
 
   watch(key: string, onChange: () => void): Promise<() => void> {
     this.assertOpen();
-    return this.watches.watch(key, onChange);
+    return this.cutoff.bound(this.watches.watch(key, onChange));
   }
 
   inspect(key: string): Promise<LockInfo | null> {
     this.assertOpen();
-    return this.keys.inspect(key);
+    return this.cutoff.bound(this.keys.inspect(key));
   }
 
   list(prefix: string): AsyncIterable<LockInfo> {
@@ -317,7 +296,7 @@ export class EtcdBackend implements Backend {
 
   forceRelease(key: string): Promise<LockInfo | null> {
     this.assertOpen();
-    return this.keys.forceRelease(key);
+    return this.cutoff.bound(this.keys.forceRelease(key));
   }
 
   private async putResult(lockKey: string, token: string, value: string, ttlMs: number): Promise<boolean> {
@@ -358,9 +337,9 @@ export class EtcdBackend implements Backend {
     const left = () => Math.max(0, until - performance.now());
     const opening = this.opening;
     const s =
-      this.current ?? (opening ? await this.whileEnding(race(opening, { ms: left() })).catch(() => null) : null);
+      this.current ?? (opening ? await this.cutoff.bound(race(opening, { ms: left() })).catch(() => null) : null);
     this.current = null;
-    if (s) await this.whileEnding(race(s.revoke(), { ms: left() })).catch(() => {});
+    if (s) await this.cutoff.bound(race(s.revoke(), { ms: left() })).catch(() => {});
     // a grant still under way when the bound passed: its lease is revoked when it comes (session())
   }
 
