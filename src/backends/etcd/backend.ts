@@ -123,9 +123,11 @@ export class EtcdBackend implements Backend {
    * gave up sending it again): the entry it may have left under our live lease — a hold or a
    * queue place nobody would renew, release or leave, blocking the lock until the lease ends — is
    * deleted, by its name (our lease, the token's digest) and only under our lease. The engine's
-   * give-back of the token cannot do it: the driver never reported that entry. The connection
-   * that lost the reply is often still down: the delete is tried again, backing off (at most
-   * every leaseTtl/3), until it is done, the lease ends (and the entry with it) or we close.
+   * give-back of the token cannot do it: the driver never reported that entry. The same for a
+   * release or a leave that failed (it may never have reached etcd), whose entry the driver has
+   * forgotten already. The connection that lost the reply is often still down: the delete is
+   * tried again, backing off (at most every leaseTtl/3), until it is done, the lease ends (and
+   * the entry with it) or we close.
    */
   private dropUnheard(key: string, token: string, s: Session, delayMs = 100): void {
     if (s.dead || !s.id || this.closed) return; // its entries go with its lease
@@ -229,7 +231,11 @@ export class EtcdBackend implements Backend {
     const e = this.entries.held.get(token);
     if (!e || e.key !== key) return false;
     this.entries.forget(e);
-    const deleted = await this.cutoff.bound(this.entries.releaseEntry(e));
+    const deleted = await this.cutoff.bound(this.entries.releaseEntry(e)).catch((err: unknown) => {
+      // it may not have reached etcd: forgotten, the entry would hold the lock until our lease ends
+      this.dropUnheard(key, token, e.session);
+      throw err;
+    });
     return deleted && !e.session.dead;
   }
 
@@ -256,7 +262,11 @@ export class EtcdBackend implements Backend {
     if (!e || e.key !== key) return;
     this.entries.places.delete(token);
     if (this.entries.preds.has(key)) this.entries.preds.delete(key);
-    await this.cutoff.bound(this.entries.deleteEntry(e));
+    await this.cutoff.bound(this.entries.deleteEntry(e)).catch((err: unknown) => {
+      // it may not have reached etcd: forgotten, the entry would hold the lock once it is the oldest
+      this.dropUnheard(key, token, e.session);
+      throw err;
+    });
   }
 
   /**
