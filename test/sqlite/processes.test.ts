@@ -1,11 +1,13 @@
 /**
  * SQLite across real processes on one host: mutual exclusion and fairness with 8 processes and
- * 1 ms critical sections; a change by another process reaches a watcher by data_version polling.
+ * 1 ms critical sections; a change by another process reaches a watcher by data_version polling;
+ * the database file deleted under a holder, or under a backend not used yet.
  */
 import { type ChildProcess, spawn } from 'node:child_process';
 import { rmSync } from 'node:fs';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
+import Database from 'better-sqlite3';
 import { afterAll, afterEach, describe, expect, test } from 'vitest';
 import { sqlite } from '../../src/backends/sqlite/index.js';
 import { BackendError, createLocks, LeaseLostError } from '../../src/index.js';
@@ -130,3 +132,39 @@ describe.each([
     }
   }, 30_000);
 });
+
+test('a backend made before its file was deleted and made again by another process refuses at its first use', async () => {
+  const db = dbs.path();
+  const first = createLocks(sqlite(db), { prefix: 'lh-proc' });
+  await (await first.acquire('job')).release();
+  await first.close(); // the last connection: its -wal and -shm are gone with it
+  // made now (SQLite opens the file), first used later: a service that locks only at night
+  const late = createLocks(sqlite(db), { ttl: '10s', prefix: 'lh-proc' });
+  try {
+    for (const s of ['', '-wal', '-shm']) rmSync(db + s, { force: true });
+    // another process makes the file again and holds the lock
+    let held = false;
+    const other = child(['hold', db, 'job', '3000'], (l) => {
+      if (l.kind === 'held') held = true;
+    });
+    other.catch(() => {}); // may reject before it is awaited below
+    await expect.poll(() => held, { timeout: 10_000 }).toBe(true);
+    // a checkpoint (any connection's, at any commit past 1,000 pages) moves its commits into its file
+    const raw = new Database(db, { timeout: 2000 });
+    raw.pragma('wal_checkpoint(TRUNCATE)');
+    raw.close();
+    // `late` holds the deleted file: it must not read it through the other process's -wal and
+    // -shm, nor write into them (before: granted, beside the other process's lease)
+    const e = await late.tryAcquire('job').then(
+      (lease) => lease,
+      (x: unknown) => x,
+    );
+    expect(e).toBeInstanceOf(BackendError);
+    expect((e as Error).message).toMatch(/was replaced by another file while this backend had it open/);
+    await expect(late.acquire('else', { wait: '1s' })).rejects.toBeInstanceOf(BackendError);
+    // the other process's files were left alone: it released and closed cleanly
+    await other;
+  } finally {
+    await late.close();
+  }
+}, 30_000);

@@ -12,7 +12,7 @@ import { BackendError, ClosedError, LeaseholdError } from '../../errors.js';
 import { digest } from '../../hash.js';
 import { now as monotonic, sleep } from '../../wait.js';
 import { hostClock, type HostClock } from './clock.js';
-import { FileIdentity } from './identity.js';
+import { FileIdentity, type FileId } from './identity.js';
 import { migrate, Statements, type InfoRow, type LockRow, type PageRow, type QueueHead } from './schema.js';
 import { announce, joinHub, Poller, type Waiter } from './watch.js';
 
@@ -52,6 +52,11 @@ export interface SqliteConfig {
    * checks that the path still names it (identity.ts).
    */
   readonly file?: string;
+  /**
+   * The file `file` named when `db` was opened (null: none), which the path must still name at
+   * the first use: SQLite opens the `-wal` and `-shm` then, by name. Taken then when left out.
+   */
+  readonly opened?: FileId | null;
 }
 
 /** Rows per page of `list`. */
@@ -130,6 +135,13 @@ export class SqliteBackend implements Backend {
 
   private async open(): Promise<void> {
     const db = this.db as unknown as Db;
+    const { file, opened } = this.config;
+    // before the first statement opens the -wal and -shm the path names: the connection holds the
+    // file the path named when it was made, and must not pair it with another file's -wal
+    if (file !== undefined) {
+      this.identity = FileIdentity.take(file, opened);
+      this.fileGone('open', true);
+    }
     if (!db.memory) {
       const mode = await this.retry('open', () => db.pragma('journal_mode = WAL', { simple: true }));
       if (String(mode).toLowerCase() !== 'wal') {
@@ -145,7 +157,7 @@ export class SqliteBackend implements Backend {
     const level = Math.max(ours, theirs);
     if (level !== 2) db.pragma(`synchronous = ${level}`);
     // the connection has read the database: its -wal and -shm exist and are the ones it uses
-    if (this.config.file !== undefined) this.identity = FileIdentity.take(this.config.file);
+    if (file !== undefined) this.identity = FileIdentity.take(file, opened);
     this.st = new Statements(db);
     this.poller = new Poller(this.st, this.clock, this.config.pollMs);
     this.leaveHub = joinHub(this.id, (key) => this.poller?.changed(key));

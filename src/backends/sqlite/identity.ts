@@ -10,6 +10,10 @@
  * The three `stat` calls cost about 15 µs here, a third of an acquire's transaction: they run at
  * most once per CHECK_MS. A write within CHECK_MS of a deletion may still go to the old files; the
  * one after it (the next renewal of a lease it granted or renewed) is refused.
+ *
+ * SQLite opens the database file when the connection is made, but its `-wal` and `-shm` only at
+ * the first read, by name: the file is compared with what the path named when the connection was
+ * made (`fileId` then), so a file deleted or replaced before the backend's first use is caught too.
  */
 import { realpathSync, statSync } from 'node:fs';
 import { now } from '../../wait.js';
@@ -17,36 +21,63 @@ import { now } from '../../wait.js';
 /** The paths are looked at again at most this often (ms). */
 export const CHECK_MS = 1;
 
-interface Seen {
-  readonly path: string;
+/** A file: its device and inode. */
+export interface FileId {
   readonly dev: number;
   readonly ino: number;
+}
+
+interface Seen extends FileId {
+  readonly path: string;
+}
+
+/** The file `path` names now (through a symbolic link), or null when it names none. */
+export function fileId(path: string): FileId | null {
+  const s = statSync(path, { throwIfNoEntry: false });
+  return s ? { dev: s.dev, ino: s.ino } : null;
 }
 
 export class FileIdentity {
   private checkedAt = now();
 
-  private constructor(private readonly seen: readonly Seen[]) {}
+  private constructor(
+    private readonly seen: readonly Seen[],
+    /** What had already changed at `take` (never passes). */
+    private readonly lost: string | null,
+  ) {}
 
-  /** The files `file` (absolute) and its `-wal` and `-shm` are now; call it once the connection has read. */
-  static take(file: string): FileIdentity {
+  /**
+   * The files `file` (absolute) and its `-wal` and `-shm` are now; call it once the connection has
+   * read. `opened`: the file the path named when the connection was made (null: none); the path
+   * must still name it.
+   */
+  static take(file: string, opened: FileId | null = fileId(file)): FileIdentity {
     const seen: Seen[] = [];
+    const main = fileId(file);
+    const lost =
+      opened === null || main === null
+        ? `${file} was deleted`
+        : main.dev !== opened.dev || main.ino !== opened.ino
+          ? `${file} was replaced by another file`
+          : null;
+    if (opened) seen.push({ path: file, ...opened });
     // SQLite names the -wal and -shm after the file a symbolic link points to
     let real = file;
     try {
       real = realpathSync(file);
     } catch {
-      // gone already: the check below says so
+      // gone already: `lost` says so
     }
-    for (const path of [file, `${real}-wal`, `${real}-shm`]) {
-      const s = statSync(path, { throwIfNoEntry: false });
-      if (s) seen.push({ path, dev: s.dev, ino: s.ino });
+    for (const path of [`${real}-wal`, `${real}-shm`]) {
+      const id = fileId(path);
+      if (id) seen.push({ path, ...id });
     }
-    return new FileIdentity(seen);
+    return new FileIdentity(seen, lost);
   }
 
   /** null while every path still names the file it named at `take` (looked at CHECK_MS ago at most); else what changed. */
   changed(): string | null {
+    if (this.lost !== null) return this.lost;
     const t = now();
     if (t - this.checkedAt < CHECK_MS) return null;
     this.checkedAt = t;

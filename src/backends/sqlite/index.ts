@@ -11,6 +11,7 @@ import { toMs, type Duration } from '../../duration.js';
 import { BackendError, InvalidArgumentError, LeaseholdError } from '../../errors.js';
 import { checkOptions } from '../../validate.js';
 import { SqliteBackend, type SqliteDatabase } from './backend.js';
+import { fileId } from './identity.js';
 
 export { SqliteBackend, type SqliteDatabase } from './backend.js';
 export { defaultPath, pathFromUrl } from './url.js';
@@ -101,7 +102,9 @@ export function sqlite(pathOrDb: string | SqliteDatabase, options?: SqliteOption
   // the file it opened (relative to the working directory now), for the check that the path
   // still names it; not for an in-memory or temporary database
   const file = pathOrDb === ':memory:' || db.memory ? undefined : resolve(pathOrDb);
-  return new SqliteBackend({ db, owned: true, pollMs, busyMs, synchronous, file });
+  // the file SQLite has just opened: the path must still name it at the first use (identity.ts)
+  const opened = file === undefined ? undefined : fileId(file);
+  return new SqliteBackend({ db, owned: true, pollMs, busyMs, synchronous, file, opened });
 }
 
 /**
