@@ -5,6 +5,8 @@
  *   hold <db> <key> <ms>                acquires, prints {kind:'held'}, holds ms, releases
  *   try <db> <key>                      tryAcquire once: prints {kind:'try', fence} (null: refused)
  *                                       or {kind:'try', error}, and releases
+ *   later <db> <key> <ms>               opens the file (a tryAcquire of another key), prints
+ *                                       {kind:'open'}, waits ms, then does what `try` does
  * Ends with {kind:'done'}.
  */
 import { sqlite } from '../../src/backends/sqlite/index.js';
@@ -36,7 +38,12 @@ if (role === 'contend') {
   say({ kind: 'held', fence: lease.fence, t: clock() });
   await sleep(Number(a));
   await lease.release();
-} else if (role === 'try') {
+} else if (role === 'try' || role === 'later') {
+  if (role === 'later') {
+    await (await locks.tryAcquire(`${key!}:warm`))?.release();
+    say({ kind: 'open' });
+    await sleep(Number(a));
+  }
   try {
     const lease = await locks.tryAcquire(key!);
     say({ kind: 'try', fence: lease?.fence ?? null });

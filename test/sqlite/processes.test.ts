@@ -1,9 +1,10 @@
 /**
  * SQLite across real processes on one host: mutual exclusion and fairness with 8 processes and
  * 1 ms critical sections; a change by another process reaches a watcher by data_version polling;
- * the database file deleted under a holder, or under a backend not used yet.
+ * the database file deleted under a holder, or under a backend not used yet; a process that cannot
+ * read the kernel's boot id beside processes that can.
  */
-import { type ChildProcess, spawn } from 'node:child_process';
+import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
 import { rmSync } from 'node:fs';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
@@ -31,9 +32,13 @@ interface Line {
   t?: number;
 }
 
-/** Starts a child; resolves its lines once it prints {kind:'done'} and exits 0. */
-function child(args: string[], onLine: (l: Line) => void = () => {}): Promise<Line[]> {
-  const p = spawn(process.execPath, ['--import', 'tsx', CHILD, ...args], { stdio: ['ignore', 'pipe', 'inherit'] });
+/**
+ * Starts a child (under the command `wrap`, if any); resolves its lines once it prints
+ * {kind:'done'} and exits 0.
+ */
+function child(args: string[], onLine: (l: Line) => void = () => {}, wrap: string[] = []): Promise<Line[]> {
+  const argv = [...wrap, process.execPath, '--import', 'tsx', CHILD, ...args];
+  const p = spawn(argv[0]!, argv.slice(1), { stdio: ['ignore', 'pipe', 'inherit'] });
   procs.push(p);
   const lines: Line[] = [];
   createInterface({ input: p.stdout! }).on('line', (s) => {
@@ -168,3 +173,85 @@ test('a backend made before its file was deleted and made again by another proce
     await late.close();
   }
 }, 30_000);
+
+/**
+ * The command that runs a child unable to read the kernel's boot id, as in a systemd unit with
+ * `ProcSubset=pid` (no /proc/sys): its own mount namespace, in an unprivileged user namespace, with
+ * an empty directory over /proc/sys/kernel/random. Null where this host allows no user namespace.
+ */
+function withoutBootId(): string[] | null {
+  const hide = 'mount -t tmpfs none /proc/sys/kernel/random';
+  const ns = ['unshare', '--user', '--map-root-user', '--mount', 'sh', '-c'];
+  const probe = spawnSync(ns[0]!, [...ns.slice(1), `${hide} && ! test -e /proc/sys/kernel/random/boot_id`]);
+  return probe.status === 0 ? [...ns, `${hide} && exec "$0" "$@"`] : null;
+}
+
+describe.skipIf(withoutBootId() === null)(
+  'a process that cannot read the boot id (the wall clock) beside ones that can',
+  () => {
+    const hidden = withoutBootId()!;
+    const tried = async (args: string[], onLine?: (l: Line) => void) =>
+      (await child(args, onLine, hidden)).find((l) => l.kind === 'try')!;
+
+    test('it is refused a file the others use, and drops none of their leases', async () => {
+      const db = dbs.path();
+      const locks = createLocks(sqlite(db), { ttl: '10s', prefix: 'lh-proc' });
+      try {
+        const lease = await locks.acquire('job');
+        // before: it took the file over (the clocks differ: "another boot"), dropped the lease, was granted
+        const t = await tried(['try', db, 'job']);
+        expect(t.fence).toBeUndefined();
+        expect(t.error).toMatch(/BackendError: .*cannot read the boot id/);
+        expect(lease.held).toBe(true);
+        await lease.extend();
+        expect(await locks.inspect('job')).toMatchObject({ fence: lease.fence });
+      } finally {
+        await locks.close();
+      }
+    }, 30_000);
+
+    test('one that opened the file first keeps its lease: the others are refused while it is live', async () => {
+      const db = dbs.path();
+      let fence: string | undefined;
+      const holder = child(['hold', db, 'job', '2000'], (l) => void (l.kind === 'held' && (fence = l.fence)), hidden);
+      holder.catch(() => {}); // may reject before it is awaited below
+      await expect.poll(() => fence, { timeout: 10_000 }).toBeDefined();
+      const locks = createLocks(sqlite(db), { prefix: 'lh-proc' });
+      try {
+        // before: the file was taken over, the live lease dropped, the lock granted beside it
+        const e = await locks.tryAcquire('job').then(
+          (lease) => lease,
+          (x: unknown) => x,
+        );
+        expect(e).toBeInstanceOf(BackendError);
+        expect((e as Error).message).toMatch(/in use by a process on the wall clock/);
+        await holder;
+        // nothing live in the file any more: it is taken over, fences still increasing
+        const after = await locks.tryAcquire('job');
+        expect(after!.fence > BigInt(fence!)).toBe(true);
+      } finally {
+        await locks.close();
+      }
+    }, 30_000);
+
+    test('one that opened the file before the others took it over writes nothing more', async () => {
+      const db = dbs.path();
+      let open = false;
+      const later = tried(['later', db, 'job', '1500'], (l) => void (l.kind === 'open' && (open = true)));
+      later.catch(() => {}); // may reject before it is awaited below
+      await expect.poll(() => open, { timeout: 10_000 }).toBe(true);
+      const locks = createLocks(sqlite(db), { ttl: '10s', prefix: 'lh-proc' });
+      try {
+        const lease = await locks.acquire('job'); // nothing live: the file is taken over
+        // before: it stored a wall-clock expiry beside the monotonic ones, and was granted
+        const t = await later;
+        expect(t.fence).toBeUndefined();
+        expect(t.error).toMatch(/BackendError: .*cannot read the boot id/);
+        expect(lease.held).toBe(true);
+        await lease.extend();
+      } finally {
+        await locks.close();
+      }
+    }, 30_000);
+  },
+);

@@ -348,7 +348,8 @@ export class SqliteBackend implements Backend {
         throw new BackendError(`sqlite: ${op}: the connection is inside a transaction of its own`);
       }
       if (this.identity && this.fileGone(op, !moved)) return moved!();
-      return this.tx(fn);
+      // on the wall clock: a process that reads the boot id may have taken the file over (schema.ts)
+      return this.tx(this.clock.monotonic ? fn : () => (this.st!.sameClock(this.clock, op), fn()));
     });
   }
 

@@ -3,7 +3,9 @@
  * CLOCK_MONOTONIC (`process.hrtime`), shared by all processes of the machine and immune to wall
  * clock steps (NTP, an operator's `date -s`); it restarts at boot, so it comes with the kernel's
  * boot id, and a database last used under another boot id is known to hold only dead leases.
- * Elsewhere it is the wall clock, which continues across reboots.
+ * Elsewhere — and on Linux without a readable boot id (no /proc/sys: a systemd unit with
+ * `ProcSubset=pid`) — it is the wall clock, which continues across reboots. The two never share a
+ * file: schema.ts refuses the change while a lease could be live.
  */
 import { readFileSync } from 'node:fs';
 
@@ -16,10 +18,13 @@ export interface HostClock {
   now(): number;
 }
 
+/** Where Linux tells the boot id. */
+export const BOOT_ID_FILE = '/proc/sys/kernel/random/boot_id';
+
 function bootId(): string | null {
   if (process.platform !== 'linux') return null;
   try {
-    const id = readFileSync('/proc/sys/kernel/random/boot_id', 'utf8').trim();
+    const id = readFileSync(BOOT_ID_FILE, 'utf8').trim();
     return /^[0-9a-f-]{16,64}$/i.test(id) ? id : null;
   } catch {
     return null;

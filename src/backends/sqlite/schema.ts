@@ -11,7 +11,8 @@
  *                      `fence_floor` the fence below which a new row never starts (FENCE_FLOOR)
  */
 import type BetterSqlite3 from 'better-sqlite3';
-import type { HostClock } from './clock.js';
+import { BackendError } from '../../errors.js';
+import { BOOT_ID_FILE, type HostClock } from './clock.js';
 
 type Db = BetterSqlite3.Database;
 type Stmt = BetterSqlite3.Statement<any[], any>;
@@ -50,8 +51,9 @@ const FENCE_FLOOR = 'fence_floor';
 
 /**
  * Creates what is missing and checks the clock. Runs inside a write transaction. A database last
- * written under another boot (or another kind of clock) holds no live lease: holders and waiters
- * are cleared and every fence, and the floor of new rows, jumps by REBOOT_FENCE_JUMP.
+ * written under another boot holds no live lease: holders and waiters are cleared and every fence,
+ * and the floor of new rows, jumps by REBOOT_FENCE_JUMP. So does one last written on the wall
+ * clock, once nothing in it is live by that clock (checkClockChange).
  */
 export function migrate(db: Db, clock: HostClock): void {
   db.exec(DDL);
@@ -66,6 +68,7 @@ export function migrate(db: Db, clock: HostClock): void {
   const prev = meta('clock');
   const stored = meta(FENCE_FLOOR);
   if (prev === clock.id && stored !== undefined) return;
+  if (prev !== undefined && prev !== clock.id) checkClockChange(db, prev, clock);
   let floor: bigint;
   if (stored !== undefined) floor = BigInt(stored);
   else {
@@ -84,6 +87,39 @@ export function migrate(db: Db, clock: HostClock): void {
   }
   set(FENCE_FLOOR, String(floor));
   set('clock', clock.id);
+}
+
+/**
+ * A change of the recorded clock is a reboot only between two boot ids. Otherwise a process that
+ * reads no boot id (the wall clock) and one that does (the monotonic clock) are on one host: each
+ * would read the other's expiries as long past (or decades away), and the one that opened the file
+ * took it over, dropping the other's live leases. Refused, unless nothing in the file is live by
+ * the wall clock it records (then wall-clock processes still running refuse to write: backend.ts).
+ */
+function checkClockChange(db: Db, prev: string, clock: HostClock): void {
+  if (clock.monotonic && prev.startsWith('mono:')) return;
+  const both =
+    `processes that read the kernel's boot id (${BOOT_ID_FILE}) time leases by the monotonic clock, ` +
+    'those that cannot by the wall clock, and they cannot share a lock file: give every process ' +
+    'using it the boot id (a systemd unit with ProcSubset=pid has none), or use a file of its own';
+  if (!clock.monotonic) {
+    throw new BackendError(
+      `sqlite: this process cannot read the boot id, and the file's leases are timed by the monotonic clock of boot ${prev.slice(5)}: ${both}`,
+    );
+  }
+  const wall = Date.now();
+  const live = db
+    .prepare(
+      `SELECT EXISTS (SELECT 1 FROM leasehold_locks WHERE holder IS NOT NULL AND expires > ?)
+           OR EXISTS (SELECT 1 FROM leasehold_queue WHERE expires > ?)`,
+    )
+    .pluck()
+    .get(wall, wall);
+  if (live) {
+    throw new BackendError(
+      `sqlite: the file is in use by a process on the wall clock (one that cannot read the boot id): ${both}`,
+    );
+  }
 }
 
 export interface LockRow {
@@ -135,6 +171,7 @@ export class Statements {
   readonly peek: Stmt;
   readonly signature: Stmt;
   readonly dataVersion: Stmt;
+  readonly clock: Stmt;
   readonly getResult: Stmt;
   readonly putResult: Stmt;
   readonly purgeResults: Stmt;
@@ -193,6 +230,7 @@ export class Statements {
     );
     this.signature.pluck();
     this.dataVersion = db.prepare(`PRAGMA data_version`).pluck();
+    this.clock = db.prepare(`SELECT value FROM leasehold_meta WHERE name = 'clock'`).pluck();
     this.getResult = db.prepare(`SELECT value FROM leasehold_results WHERE key = ? AND expires > ?`).pluck();
     this.putResult = db.prepare(
       `INSERT INTO leasehold_results (key, value, expires) VALUES (?, ?, ?)
@@ -201,6 +239,19 @@ export class Statements {
     this.purgeResults = db.prepare(
       `DELETE FROM leasehold_results WHERE key IN
          (SELECT key FROM leasehold_results WHERE expires <= ? ORDER BY expires LIMIT 32)`,
+    );
+  }
+
+  /**
+   * Inside each write of a process on the wall clock: a process on the monotonic clock may have
+   * taken the file over since this one opened it (nothing was live then). No wall-clock expiry is
+   * written beside theirs.
+   */
+  sameClock(clock: HostClock, op: string): void {
+    if (this.clock.get() === clock.id) return;
+    throw new BackendError(
+      `sqlite: ${op}: this process cannot read the boot id, and a process that can took the file over ` +
+        '(it times leases by the monotonic clock): the two cannot share a lock file (docs/sqlite.md)',
     );
   }
 }
