@@ -44,9 +44,10 @@ export class Leases {
 
   /**
    * The answer of a lock statement: a fence (decimal digits: granted), 'held' or `w<ms>` (a
-   * window); a moved or restarted session throws.
+   * window); a moved or restarted session throws (`inFlight`: a lock the statement left held
+   * there, for which the session's server process is ended).
    */
-  checkRow(conn: Conn, row: Row | undefined): string {
+  checkRow(conn: Conn, row: Row | undefined, inFlight: string | null = null): string {
     const r = row?.r;
     if (typeof r === 'string' && r.length > 0) {
       const c = r.charCodeAt(0);
@@ -59,12 +60,12 @@ export class Leases {
     if (r === 'moved') {
       const e = new TransactionPoolerError('a statement on the lock connection ran on another server session');
       this.host.dedicated.pooled = e;
-      this.fail(conn, e);
+      this.fail(conn, e, inFlight);
       throw e;
     }
     // another server start than the one whose epoch this connection read: never grant on it
     const e = markTransient(new BackendError('postgres: the server restarted under the lock connection'));
-    this.fail(conn, e);
+    this.fail(conn, e, inFlight);
     throw e;
   }
 

@@ -61,8 +61,11 @@ export interface QueueHost {
   knownEpoch(conn: Conn): Epoch | undefined;
   /** The sequence was re-created since `conn` read its epoch: read it again. */
   forgetEpoch(conn: Conn): void;
-  /** The answer of a lock statement (a fence, 'held' or `w<ms>`); throws for a moved session. */
-  checkRow(conn: Conn, row: Row | undefined): string;
+  /**
+   * The answer of a lock statement (a fence, 'held' or `w<ms>`); throws for a moved session
+   * (ended, and its server session with it if it holds `inFlight`, a lock taken in the queue).
+   */
+  checkRow(conn: Conn, row: Row | undefined, inFlight?: string | null): string;
   /** True while a lease of the backend is held on `conn`. */
   holdsOn(conn: Conn): boolean;
   /** A waiter connection closed or errored. */
@@ -168,6 +171,8 @@ export class ServerQueue {
     let spare = false;
     try {
       let row: Row | undefined;
+      /** The lock came out of the queue: held here while its window and fence are asked for. */
+      let waited = false;
       // the keepalive idle time is raised only once granted: a wait in a partition lapses in ~8 s
       const idle = host.keepalives.need(conn, w.ttlMs);
       // 'sequence': re-created since this connection read its epoch (nothing locked): read again
@@ -185,6 +190,14 @@ export class ServerQueue {
           idle,
         ];
         row = (await conn.prepared(host.sql.waitLock, params))[0];
+        waited = row?.r === 'waited';
+        if (waited && w.state === 'waiting') {
+          // the wait's snapshot predates a window the holder wrote just before letting go: a new
+          // statement checks it (and draws the fence)
+          w.queued = true;
+          row = (await timed(conn.prepared(host.sql.afterWait, params.slice(0, 6)), host.timeoutMs, 'grant'))[0];
+          waited = !/^(w|sequence$)/.test(String(row?.r)); // the lock is still held here
+        }
       }
       w.queued = true;
       if (w.state !== 'waiting') {
@@ -192,7 +205,7 @@ export class ServerQueue {
         if (!conn.closed) conn.destroy(new Error('leasehold: wait cancelled'));
         return;
       }
-      const r = host.checkRow(conn, row);
+      const r = host.checkRow(conn, row, waited ? w.lockKey : null);
       if (r !== 'held') host.keepalives.set(conn, idle); // raised once the lock was granted
       if (r !== 'held' && r.charCodeAt(0) !== 119) {
         w.state = 'granted';

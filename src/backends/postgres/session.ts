@@ -115,7 +115,7 @@ export class PostgresBackend implements Backend {
       epochOf: (conn) => this.schema.epochOf(conn),
       knownEpoch: (conn) => this.schema.knownEpoch(conn),
       forgetEpoch: (conn) => this.schema.forget(conn),
-      checkRow: (conn, row) => this.leases.checkRow(conn, row),
+      checkRow: (conn, row, inFlight) => this.leases.checkRow(conn, row, inFlight),
       holdsOn: (conn) => this.leases.holdsOn(conn),
       ended: (conn, cause) => this.leases.sessionEnded(conn, cause),
       letGo: (w) => this.track(this.leases.unlock(newHeld(w.key, w.token, w.lockKey, w.fence, w.conn!))),

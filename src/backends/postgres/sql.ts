@@ -54,9 +54,18 @@ export interface Statements {
   /**
    * Like `acquire`, but waits in the server's lock queue (`pg_advisory_lock`, FIFO, woken alone
    * when its turn comes), for at most $7 ms (lock_timeout), $8 the keepalive idle time as $7 of `acquire`: r = a fence, `w<ms>`, 'moved',
-   * 'restarted', 'sequence'; a lock_timeout is an error (55P03).
+   * 'restarted', 'sequence', or 'waited': it had to wait and holds the lock now, but drew no
+   * fence (its snapshot predates the wait: a runExclusive window the holder wrote before letting
+   * go is not visible to it), `afterWait` decides; a lock_timeout is an error (55P03).
    */
   readonly waitLock: string;
+  /**
+   * After `waitLock` answered 'waited' (the lock is held on this session), in a new statement
+   * (a snapshot that sees a window written before the holder let go): the guards and the window
+   * check of `acquire`, $1–$6 as there: r = a fence, `w<ms>` (the lock let go), 'moved',
+   * 'restarted', or 'sequence' (the lock let go: read the epoch again, then wait again).
+   */
+  readonly afterWait: string;
   /**
    * → { epoch, started, seq }: the epoch the fence sequence counts under since its last reset (the
    * mark `bumpEpoch` wrote), the server's start (µs, for the acquire's guard) and the sequence's
@@ -204,17 +213,22 @@ export function statements(quotedSchema: string): Statements {
   // only after the guards pass and the fence is drawn only for a granted lock.
   // once the lock is granted, and only when $idle > 0 (keepalive.ts): the session's TCP keepalive
   // idle time and tcp_user_timeout are raised to the lease's TTL (a branch never taken: not null)
-  const lockStatement = (lockCall: string, idle: string, first = '') => `SELECT CASE${first}
-        WHEN pg_backend_pid() <> $3::int4 THEN 'moved'
-        WHEN ${startedUs} <> $4::int8 THEN 'restarted'
-        WHEN ${seqOid}::oid <> $6::oid THEN 'sequence'
-        WHEN NOT ${lockCall} THEN 'held'
-        WHEN ${idle}::int4 > 0 AND (set_config('tcp_keepalives_idle', ${idle}::int4::text, false) IS NULL
-          OR ${userTimeout(`${idle}::int4`)} IS NULL) THEN NULL
-        WHEN EXISTS (SELECT 1 FROM ${windows} WHERE key = $2::text AND until > clock_timestamp())
+  const raise = (idle: string) =>
+    `${idle}::int4 > 0 AND (set_config('tcp_keepalives_idle', ${idle}::int4::text, false) IS NULL
+          OR ${userTimeout(`${idle}::int4`)} IS NULL)`;
+  // the lock is held: a runExclusive window lets it go at once (and says how long is left), else the fence
+  const windowOrFence = `WHEN EXISTS (SELECT 1 FROM ${windows} WHERE key = $2::text AND until > clock_timestamp())
           THEN CASE WHEN pg_advisory_unlock($1::int8) THEN 'w' || COALESCE((SELECT ${leftMs('until')}
             FROM ${windows} WHERE key = $2::text AND until > clock_timestamp()), 0) END
         ELSE (${nextFence('$5::int8')})::text END AS r`;
+  // `refused`: the answer when the lock call is refused ('held', or waitLock's wait in the queue)
+  const lockStatement = (lockCall: string, idle: string, first = '', refused = "'held'") => `SELECT CASE${first}
+        WHEN pg_backend_pid() <> $3::int4 THEN 'moved'
+        WHEN ${startedUs} <> $4::int8 THEN 'restarted'
+        WHEN ${seqOid}::oid <> $6::oid THEN 'sequence'
+        WHEN NOT ${lockCall} THEN ${refused}
+        WHEN ${raise(idle)} THEN NULL
+        ${windowOrFence}`;
   s = {
     fences,
     seen,
@@ -223,12 +237,23 @@ export function statements(quotedSchema: string): Statements {
     results,
     lockKey: (fullKey) => advisoryKey(fullKey, quotedSchema.slice(1, -1)).toString(),
     acquire: lockStatement('pg_try_advisory_lock($1::int8)', '$7'),
-    // lock_timeout is set (for this session) before the lock call: the first branch, never taken
+    // lock_timeout is set (for this session) before the lock call: the first branch, never taken.
+    // Free (no one holds or waits: a try is refused while anyone waits, so nobody barges): as
+    // `acquire`. Else it waits in the queue and, once granted, answers 'waited' with no fence:
+    // this statement's snapshot was taken before the wait and would miss a runExclusive window
+    // the holder committed just before letting go; `afterWait` checks it in a new statement
     waitLock: lockStatement(
-      '(pg_advisory_lock($1::int8) IS NOT NULL)',
+      'pg_try_advisory_lock($1::int8)',
       '$8',
       `\n        WHEN set_config('lock_timeout', $7::int8::text, false) IS NULL THEN NULL`,
+      `CASE WHEN pg_advisory_lock($1::int8) IS NULL THEN NULL
+          WHEN ${raise('$8')} THEN NULL ELSE 'waited' END`,
     ),
+    afterWait: `SELECT CASE
+        WHEN pg_backend_pid() <> $3::int4 THEN 'moved'
+        WHEN ${startedUs} <> $4::int8 THEN 'restarted'
+        WHEN ${seqOid}::oid <> $6::oid THEN CASE WHEN pg_advisory_unlock($1::int8) THEN 'sequence' END
+        ${windowOrFence}`,
     epoch: `SELECT epoch::text AS epoch, ${startedUs}::text AS started,
       CASE WHEN ${seqVisible} THEN ${seqOid}::oid::text END AS seq FROM ${mark} WHERE id = 1`,
     record: `WITH r AS (INSERT INTO ${holders} AS h (key, fence, pid, value, lk)
