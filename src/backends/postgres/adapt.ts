@@ -38,14 +38,27 @@ export function adapt(client: unknown): Db {
 
 /** The user's transaction as xact.ts uses it. */
 export interface TxQueryable extends Queryable {
-  /** Names the server and database when the client tells (pg), for caching "the tables exist". */
-  readonly identity: string;
+  /**
+   * Names the database (a pg client's server and database, a postgres.js instance), for caching
+   * "the tables exist"; null when unknown (checked on every call).
+   */
+  readonly identity: string | null;
   /**
    * True when the client cannot tell whether it is inside a transaction block (a postgres.js
    * reserved connection, a pg-like object without `getTransactionStatus`): the lock statement
    * then checks it on the server (sql.ts `markTx`).
    */
   readonly unsure: boolean;
+}
+
+/** Names of postgres.js instances (each one database), by their `notify` (shared by its transactions). */
+const ids = new WeakMap<object, string>();
+let counter = 0;
+/** A name unique to `o` in this process (for as long as `o` lives). */
+function idOf(o: object): string {
+  let id = ids.get(o);
+  if (id === undefined) ids.set(o, (id = `postgres.js#${++counter}`));
+  return id;
 }
 
 /**
@@ -63,8 +76,10 @@ export function adaptTx(tx: unknown, what: string): TxQueryable {
     }
     // sql.begin's argument has savepoint(); a reserved connection (or anything else) may be outside BEGIN
     const unsure = typeof t.savepoint !== 'function';
+    // one identity per postgres.js instance (one database): its `notify` is shared by the root
+    // `sql`, its transactions and its reserved connections (none known: checked every time)
     return {
-      identity: 'postgres.js',
+      identity: typeof t.notify === 'function' ? idOf(t.notify) : null,
       unsure,
       query: async (text, params = []) => [...(await t.unsafe(text, params))],
     };
@@ -76,7 +91,9 @@ export function adaptTx(tx: unknown, what: string): TxQueryable {
     if (known && t.getTransactionStatus() === 'I') {
       throw new InvalidArgumentError(`${what}: the client is not inside a transaction (run BEGIN first)`);
     }
-    const identity = `pg:${String(t.host)}:${String(t.port)}/${String(t.database)}`;
+    // the server and database a pg client names (a pg-like object without them: checked every time)
+    const named = typeof t.host === 'string' && t.port != null && typeof t.database === 'string';
+    const identity = named ? `pg:${t.host}:${String(t.port)}/${t.database}` : null;
     return { identity, unsure: !known, query: async (text, params = []) => (await t.query(text, params)).rows };
   }
   throw new InvalidArgumentError(`${what}: tx must be a pg client inside BEGIN or a postgres.js transaction`);

@@ -82,10 +82,14 @@ function resolve(key: unknown, opts: unknown, what: string): Resolved {
 
 /** Creates the tables inside the user's transaction when missing (first use). */
 async function ensure(q: TxQueryable, quotedSchema: string): Promise<void> {
-  const id = `${q.identity}|${quotedSchema}`;
-  if (known.has(id)) return;
+  const id = q.identity === null ? null : `${q.identity}|${quotedSchema}`;
+  if (id !== null && known.has(id)) return;
   if (await tablesExist(q, quotedSchema)) {
-    known.add(id);
+    if (id !== null) {
+      known.add(id);
+      // bounded (postgres.js instances made and ended per tenant, say): the oldest is checked again
+      if (known.size > 4096) known.delete(known.values().next().value!);
+    }
     return;
   }
   await createTables(q, quotedSchema); // commits (or rolls back) with the user's transaction
@@ -94,7 +98,7 @@ async function ensure(q: TxQueryable, quotedSchema: string): Promise<void> {
 async function run(
   q: Queryable,
   quotedSchema: string,
-  identity: string,
+  identity: string | null,
   text: string,
   params: Params,
   what: string,
