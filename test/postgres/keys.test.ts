@@ -21,6 +21,17 @@ describe('advisoryKey', () => {
     expect(() => advisoryKey('leasehold:k', 'a b')).toThrow(/advisoryKey\(\): schema must be a plain SQL identifier/);
   });
 
+  test('lockParts refuses what is not an advisory key (a signed int8) with InvalidArgumentError', () => {
+    for (const bad of [5, '5', null, undefined, 2n ** 63n, 2n ** 70n, -(2n ** 63n) - 1n]) {
+      expect(() => lockParts(bad as never), String(bad)).toThrow(InvalidArgumentError);
+    }
+    // 2^70 used to wrap around to 0:0, the parts of another lock
+    expect(() => lockParts(2n ** 70n)).toThrow(/lockParts\(\): key must be a bigint/);
+    expect(lockParts(-1n)).toEqual({ classid: '4294967295', objid: '4294967295' });
+    expect(lockParts(-(2n ** 63n))).toEqual({ classid: '2147483648', objid: '0' });
+    expect(lockParts(2n ** 63n - 1n)).toEqual({ classid: '2147483647', objid: '4294967295' });
+  });
+
   test('valid arguments hash as before: the same bigint every time, schemas apart', () => {
     const k = advisoryKey('leasehold:order:42');
     expect(typeof k).toBe('bigint');

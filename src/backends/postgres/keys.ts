@@ -44,11 +44,19 @@ export const DEFAULT_SCHEMA = 'public';
 const RECENT = 1024;
 const recent = new Map<string, bigint>();
 
+const INT8_MIN = -(2n ** 63n);
+const INT8_MAX = 2n ** 63n - 1n;
+
 /**
  * How `pg_locks` shows a one-argument (bigint) advisory lock: `classid` holds the high 32 bits,
  * `objid` the low 32 bits (both unsigned), `objsubid` is 1. Decimal strings, for SQL parameters.
  */
 export function lockParts(key: bigint): { classid: string; objid: string } {
+  // an advisory key is a signed int8: anything else (a number, a value out of range, which would
+  // wrap around to another lock's parts) is refused
+  if (typeof key !== 'bigint' || key < INT8_MIN || key > INT8_MAX) {
+    throw new InvalidArgumentError(`lockParts(): key must be a bigint between -2^63 and 2^63-1, got ${describe(key)}`);
+  }
   const u = BigInt.asUintN(64, key);
   return { classid: String(u >> 32n), objid: String(u & 0xffffffffn) };
 }
