@@ -14,6 +14,7 @@ import {
   type Backend,
   type Locks,
 } from '../index.js';
+import { pathFromUrl } from '../backends/sqlite/url.js';
 import { redactText } from '../scrub.js';
 import { race } from '../wait.js';
 
@@ -105,9 +106,32 @@ export function sayWarnings(): void {
   });
 }
 
+/**
+ * A backend whose locks live inside one process: `memory:`, and SQLite's `:memory:` database
+ * (`sqlite::memory:`). Every leasehold command is a process of its own, so such locks would
+ * exclude nothing: two `leasehold run` of one key would both run.
+ */
+function inProcessOnly(url: string): boolean {
+  const u = url.trim();
+  if (/^memory:(\/\/)?$/i.test(u)) return true;
+  if (!/^sqlite:/i.test(u)) return false;
+  try {
+    return pathFromUrl(u) === ':memory:';
+  } catch {
+    return false; // malformed: fromUrl says why
+  }
+}
+
 /** Builds the backend; an unreachable one is exit 69, a malformed URL exit 64. */
 export async function openBackend(flags: BackendFlags): Promise<{ backend: Backend; urls: string[] }> {
   const urls = urlsOf(flags);
+  const local = urls.find(inProcessOnly);
+  if (local !== undefined) {
+    throw usage(
+      `${local.trim()} keeps its locks inside one process, and every leasehold command is a process of its own: ` +
+        'they would exclude nothing. Use sqlite: (the default: a file shared by the processes of this host) or a server URL',
+    );
+  }
   try {
     const backend = await fromUrl(urls.length === 1 ? urls[0]! : urls);
     return { backend, urls };

@@ -21,7 +21,7 @@ function version(): string {
 const BACKEND_HELP = `
 Backend: --url (repeatable: several redis:// URLs mean Redlock), else $LEASEHOLD_URL
 (whitespace-separated), else the embedded default sqlite: — $XDG_STATE_HOME/leasehold/locks.db,
-or ~/.local/state/leasehold/locks.db. URLs: sqlite:path, memory:, redis://, rediss://,
+or ~/.local/state/leasehold/locks.db. URLs: sqlite:path, redis://, rediss://,
 redis+cluster://h:p[,h:p], redis+sentinel://h:p[,h:p]/name, postgres://, zk://h:p[,h:p][/chroot],
 etcd://h:p[,h:p]. Passwords in URLs are never printed.`;
 

@@ -40,6 +40,10 @@ describe('usage', () => {
     [['status', '--url', 'redis://[::1'], 'malformed URL'],
     [['status', '--url', 'ftp://x'], 'unknown scheme'],
     [['demo', '--workers', '1'], 'too few demo workers'],
+    // locks inside one process: two commands would both hold the key
+    [['run', 'k', '--url', 'memory:', '--', 'true'], 'memory: excludes nothing between commands'],
+    [['elect', 'e', '--url', 'sqlite::memory:', '--', 'true'], "sqlite's :memory: database"],
+    [['status', '--url', 'sqlite:%3Amemory%3A'], ':memory: %-escaped'],
   ])('%j exits 64 with one line on stderr (%s)', async (args) => {
     const { db, ...env } = home();
     const r = await cli(args as string[], env);
@@ -60,18 +64,12 @@ describe('usage', () => {
       /Exit codes: .*64 usage; 69 backend\nunavailable; 75 lock busy/s,
     );
     expect((await cli(['--version'])).stdout.trim()).toMatch(/^\d+\.\d+\.\d+/);
-    // every scheme fromUrl takes is listed; elect (no --wait, no busy exit) says no 75
+    // every scheme fromUrl takes for locks between processes is listed; elect (no --wait, no busy exit) says no 75
     const help = (await cli(['--help'])).stdout;
-    for (const scheme of [
-      'sqlite:',
-      'memory:',
-      'redis+cluster://',
-      'redis+sentinel://',
-      'postgres://',
-      'zk://',
-      'etcd://',
-    ])
+    for (const scheme of ['sqlite:', 'redis+cluster://', 'redis+sentinel://', 'postgres://', 'zk://', 'etcd://'])
       expect(help).toContain(scheme);
+    // memory: locks live in one process: the command line does not offer them
+    expect(help).not.toContain('memory:');
     expect((await cli(['elect', '--help'])).stdout).not.toMatch(/\b75\b/);
     // the command line refuses a bare number of ms: its hint does not offer one
     const bad = await cli(['run', 'k', '--ttl', 'soon', '--', 'true']);
