@@ -11,43 +11,27 @@ import type { Etcd3 } from 'etcd3';
 import { etcd } from '../../src/backends/etcd/index.js';
 import { entriesOf, rangeEnd } from '../../src/backends/etcd/keys.js';
 import { BackendError, createLocks, type Locks } from '../../src/index.js';
-import { Proxy } from '../faults/proxy.js';
-import { ETCD_HOSTS, EtcdClients } from '../support/etcd.js';
+import type { Proxy } from '../faults/proxy.js';
+import { EtcdClients } from '../support/etcd.js';
+import { EtcdBehindProxy } from '../support/etcd-proxy.js';
 
-const port = Number(ETCD_HOSTS[0]!.split(':')[1] ?? 2379);
 const clients = new EtcdClients();
-const open: Locks[] = [];
-const proxies: Proxy[] = [];
 const prefix = `lh-faileddel-${process.pid}-${Date.now().toString(36)}`;
-let n = 0;
-const key = () => `k${++n}`;
+const proxied = new EtcdBehindProxy(clients, prefix);
+const key = () => proxied.key();
 
-afterEach(async () => {
-  await Promise.allSettled(open.splice(0).map((l) => l.close()));
-  await Promise.allSettled(proxies.splice(0).map((p) => p.close()));
-});
+afterEach(() => proxied.closeAll());
 afterAll(() => clients.closeAll());
 
 /**
  * Locks whose etcd client goes through a proxy, with its etcd lease (30 s: it outlives the
  * outage and etcd3's circuit breaker) already granted.
  */
-async function behindProxy(): Promise<{ proxy: Proxy; locks: Locks }> {
-  const proxy = new Proxy(port);
-  proxies.push(proxy);
-  await proxy.listen();
-  const backend = etcd(await clients.make([`127.0.0.1:${proxy.port}`]), { leaseTtl: '30s' });
-  const locks = createLocks(backend, { prefix, ttl: '2s', opTimeout: '20s' });
-  open.push(locks);
-  expect(await (await locks.acquire(`warm-${++n}`)).release()).toBe(true);
-  return { proxy, locks };
-}
+const behindProxy = () => proxied.make({ leaseTtl: '30s' }, { ttl: '2s', opTimeout: '20s' });
 
 /** Locks on a direct client: another process. */
 async function direct(): Promise<Locks> {
-  const locks = createLocks(etcd(await clients.make()), { prefix, ttl: '2s' });
-  open.push(locks);
-  return locks;
+  return proxied.track(createLocks(etcd(await clients.make()), { prefix, ttl: '2s' }));
 }
 
 async function entries(c: Etcd3, k: string): Promise<number> {

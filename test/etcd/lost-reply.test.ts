@@ -9,35 +9,21 @@ import { afterAll, afterEach, describe, expect, test } from 'vitest';
 import type { Etcd3 } from 'etcd3';
 import { etcd } from '../../src/backends/etcd/index.js';
 import { entriesOf, rangeEnd } from '../../src/backends/etcd/keys.js';
-import { createLocks, type Locks, type WarningEvent } from '../../src/index.js';
-import { Proxy } from '../faults/proxy.js';
-import { ETCD_HOSTS, EtcdClients } from '../support/etcd.js';
+import { createLocks, type WarningEvent } from '../../src/index.js';
+import type { Proxy } from '../faults/proxy.js';
+import { EtcdClients } from '../support/etcd.js';
+import { EtcdBehindProxy } from '../support/etcd-proxy.js';
 
-const port = Number(ETCD_HOSTS[0]!.split(':')[1] ?? 2379);
 const clients = new EtcdClients();
-const open: Locks[] = [];
-const proxies: Proxy[] = [];
 const prefix = `lh-lostreply-${process.pid}-${Date.now().toString(36)}`;
-let n = 0;
-const key = () => `k${++n}`;
+const proxied = new EtcdBehindProxy(clients, prefix);
+const key = () => proxied.key();
 
-afterEach(async () => {
-  await Promise.allSettled(open.splice(0).map((l) => l.close()));
-  await Promise.allSettled(proxies.splice(0).map((p) => p.close()));
-});
+afterEach(() => proxied.closeAll());
 afterAll(() => clients.closeAll());
 
 /** A Locks whose etcd client goes through a proxy, with its etcd lease already granted. */
-async function behindProxy(): Promise<{ proxy: Proxy; locks: Locks }> {
-  const proxy = new Proxy(port);
-  proxies.push(proxy);
-  await proxy.listen();
-  const locks = createLocks(etcd(await clients.make([`127.0.0.1:${proxy.port}`])), { prefix });
-  open.push(locks);
-  // open the session now (the lease grant), so the call under test is the only one in flight
-  expect(await (await locks.acquire(`warm-${++n}`)).release()).toBe(true);
-  return { proxy, locks };
-}
+const behindProxy = () => proxied.make();
 
 /** The entries of lock `k` as an outsider sees them: etcd keys, oldest first. */
 async function entries(c: Etcd3, k: string): Promise<{ key: string; rev: bigint }[]> {
@@ -70,7 +56,7 @@ describe('etcd: a reply lost and the call retried by etcd3', () => {
     expect(lease!.held).toBe(true);
     // it is really ours: another Locks is refused, and our release frees it for the other
     const other = createLocks(etcd(await clients.make()), { prefix });
-    open.push(other);
+    proxied.track(other);
     expect(await other.tryAcquire(k)).toBeNull();
     expect(await lease!.release()).toBe(true);
     expect(await entries(outsider, k)).toEqual([]);
