@@ -45,6 +45,8 @@ interface Binding {
   readonly key: string;
   readonly token: string;
   readonly session: Session;
+  /** Its lock's long PX (lockPx of its session's TTL): the refresh order it is kept in. */
+  readonly px: number;
   /** Monotonic time the refresh is due: a third of the PX after the last confirmed one was sent. */
   refreshAt: number;
   /**
@@ -56,10 +58,16 @@ interface Binding {
 
 /** A session-mode backend's sessions and the leases that hang off them. */
 export class Sessions {
-  /** The current session of each TTL, every session by key, leases by token (grant order). */
+  /** The current session of each TTL, every session by key, leases by token. */
   private readonly current = new Map<number, Session>();
   private readonly sessions = new Map<string, Session>();
   private readonly bound = new Map<string, Binding>();
+  /**
+   * The same leases by their lock's PX, each in grant (or refresh) order, which is the order their
+   * refreshes come due only among locks of one PX: a lock of a long TTL (a longer PX, refreshed
+   * later) must not hold back the refresh of the shorter-PX locks granted after it.
+   */
+  private readonly byPx = new Map<number, Map<string, Binding>>();
   /**
    * Every Locks on this backend (`onLost`): a lost lease is reported to all of them (each looks
    * up its own), since two Locks on one backend share its sessions, and the one whose renewal
@@ -194,9 +202,28 @@ export class Sessions {
     this.lostCbs.add(cb);
   }
 
+  /** Binds `b` (at the end of its PX's refresh order). */
+  private put(b: Binding): void {
+    this.bound.set(b.token, b);
+    let q = this.byPx.get(b.px);
+    if (!q) this.byPx.set(b.px, (q = new Map()));
+    q.set(b.token, b);
+  }
+
+  /** Unbinds the lease `token`, whatever its binding. */
+  private drop(token: string): void {
+    const b = this.bound.get(token);
+    if (!b) return;
+    this.bound.delete(token);
+    const q = this.byPx.get(b.px);
+    if (q?.get(token) !== b) return;
+    q.delete(token);
+    if (q.size === 0) this.byPx.delete(b.px);
+  }
+
   /** The lease of `b` is no longer held: unbound, and told to every Locks (onLost). */
   private lost(b: Binding, why: string): void {
-    if (this.bound.get(b.token) === b) this.bound.delete(b.token);
+    if (this.bound.get(b.token) === b) this.drop(b.token);
     if (this.lostCbs.size === 0) return;
     const cause = new BackendError(why);
     for (const cb of this.lostCbs) cb(b.key, b.token, cause);
@@ -211,20 +238,20 @@ export class Sessions {
 
   /** The lease `token` of `key` was granted on `s` by an acquire sent at `sentAt`: it hangs off `s`. */
   bind(key: string, token: string, s: Session, sentAt: number): void {
-    this.bound.delete(token);
+    this.drop(token);
     const px = this.lockPx(s.ttlMs);
-    this.bound.set(token, { key, token, session: s, refreshAt: sentAt + px / 3, validTo: sentAt + px - driftMs(px) });
+    this.put({ key, token, session: s, px, refreshAt: sentAt + px / 3, validTo: sentAt + px - driftMs(px) });
   }
 
   /** A lease released: no longer bound. */
   unbind(token: string): void {
-    this.bound.delete(token);
+    this.drop(token);
   }
 
   /** Leases extended by themselves: no longer bound. */
   extended(items: readonly ExtendItem[]): void {
     // a lease extended by itself has left its session (or was lost)
-    if (this.bound.size > 0) for (const { token } of items) this.bound.delete(token);
+    if (this.bound.size > 0) for (const { token } of items) this.drop(token);
   }
 
   /** A lease that hangs off a session is valid only while its lock's long PX surely lives. */
@@ -250,9 +277,11 @@ export class Sessions {
     });
     const t = now();
     const due: Binding[] = [];
-    for (const b of this.bound.values()) {
-      if (b.refreshAt > t) break; // grant (or refresh) order: the rest are due later
-      due.push(b);
+    for (const q of this.byPx.values()) {
+      for (const b of q.values()) {
+        if (b.refreshAt > t) break; // grant (or refresh) order within one PX: the rest are due later
+        due.push(b);
+      }
     }
     if (this.suspect.size > 0) {
       // every lock of a suspect session, due or not (the due ones are at the head, taken above)
@@ -261,7 +290,7 @@ export class Sessions {
     }
     const refresh: Binding[] = [];
     for (const b of due) {
-      if (b.session.dead) this.bound.delete(b.token);
+      if (b.session.dead) this.drop(b.token);
       else if (t >= b.validTo) {
         // no refresh confirmed in time: the lock's PX may have run out while its session lived
         b.session.lost.push(b.token);
@@ -275,9 +304,8 @@ export class Sessions {
       const args: (string | number)[] = [];
       for (const b of refresh.slice(i, i + CHUNK)) {
         const k = `{${b.key}}`;
-        const px = this.lockPx(b.session.ttlMs);
         keys.push(k, `${k}:v`, `${k}:fence`);
-        args.push(`${b.token}|${kp}${b.session.key}`, px, this.fenceTtl(px));
+        args.push(`${b.token}|${kp}${b.session.key}`, b.px, this.fenceTtl(b.px));
       }
       calls.push({ script: REFRESH_MANY, keys, args });
     }
@@ -295,12 +323,11 @@ export class Sessions {
         if (!b.session.dead) this.suspect.add(b.session);
         return;
       }
-      this.bound.delete(b.token);
-      // confirmed: due again a third of the PX after this call was sent (the end of the order)
-      const px = this.lockPx(b.session.ttlMs);
-      b.refreshAt = t + px / 3;
-      b.validTo = Math.max(b.validTo, t + px - driftMs(px));
-      this.bound.set(b.token, b);
+      this.drop(b.token);
+      // confirmed: due again a third of the PX after this call was sent (the end of its order)
+      b.refreshAt = t + b.px / 3;
+      b.validTo = Math.max(b.validTo, t + b.px - driftMs(b.px));
+      this.put(b);
     });
     return live.map((s, i) => {
       const r = renewed[i];
