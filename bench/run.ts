@@ -21,7 +21,7 @@ import { goals, subjectErrors } from './report/goals.js';
 import { markdown } from './report/markdown.js';
 import { waitChart } from './report/svg.js';
 import type { Meta, Results } from './report/types.js';
-import { contended, contendedOptions, type ContendedPlan } from './sections/contended.js';
+import { closeQuickPool, contended, contendedOptions, type ContendedPlan } from './sections/contended.js';
 import { etcdReady, etcdSection } from './sections/etcd.js';
 import { CONTENDED_POOL_MAX, POOL_MAX, postgresReady, postgresSection, purgePostgres } from './sections/postgres.js';
 import { redlockSection, SHARED } from './sections/redlock.js';
@@ -244,6 +244,7 @@ async function main(): Promise<number> {
   if (results.zookeeper?.error) results.errors.push({ section: 'zookeeper', error: results.zookeeper.error });
   if (etcdUp?.ready) results.etcd = await section('etcd', (c) => etcdSection(c, etcdUp.version, co));
   if (results.etcd?.error) results.errors.push({ section: 'etcd', error: results.etcd.error });
+  await closeQuickPool();
   for (const f of results.scale?.failures ?? []) results.errors.push({ section: `scale ${f.lib}`, error: f.error });
   for (const f of results.contended?.failures ?? [])
     results.errors.push({ section: `contended ${f.name}`, error: f.error });

@@ -102,6 +102,11 @@ class Pool {
     return new Pool(Array.from({ length: n }, () => forkTs(WORKER, [], [])));
   }
 
+  /** Every worker still runs and listens (a section stopped past its budget kills its workers). */
+  alive(): boolean {
+    return this.workers.every((w) => w.connected && w.exitCode === null && w.signalCode === null);
+  }
+
   /** `keep`: the workers keep their subjects for the next round (the warm-up round's). */
   async run(specOf: (i: number) => WorkerSpec, setupMs: number, runMs: number, keep = false): Promise<WorkerResult[]> {
     const ws = this.workers;
@@ -196,6 +201,21 @@ export function contendedOptions(ctx: Pick<Ctx, 'quick'>): ContendedOptions {
     : { workers: 8, grants: 2_000, csMs: 1, deadlineMs: 45_000, warmGrants: 2_000 };
 }
 
+/**
+ * A --quick run's one pool, shared by every section's contended rows (the etcd section's too):
+ * eight workers start in ~10 s on a busy 2-core machine, and a smoke run needs them once.
+ * Closed by `closeQuickPool()` at the end of the run.
+ */
+let quickPool: Pool | null = null;
+const sharePool = (ctx: Ctx) => ctx.quick && !PROFILE;
+
+/** Ends a --quick run's shared pool (bench/run.ts, at the end). */
+export async function closeQuickPool(): Promise<void> {
+  const p = quickPool;
+  quickPool = null;
+  await p?.close();
+}
+
 /** Runs each plan on its own pool of fresh worker processes (one shared pool in a --quick run). */
 export async function contended(
   ctx: Ctx,
@@ -204,12 +224,13 @@ export async function contended(
 ): Promise<{ options: ContendedOptions; runs: ContendedRun[]; failures: { name: string; error: string }[] }> {
   const runs: ContendedRun[] = [];
   const failures: { name: string; error: string }[] = [];
-  let pool: Pool | null = null;
+  let pool: Pool | null = sharePool(ctx) && quickPool?.alive() ? quickPool : null;
   const admin = await ioredis(o.redisPort ?? 6379);
   try {
     for (const plan of plans) {
       ctx.signal.throwIfAborted(); // past the section's budget: no next library
       pool ??= Pool.start(o.workers);
+      if (sharePool(ctx)) quickPool = pool;
       const key = `bench:${ctx.runId}:contended:${plan.lib}`;
       const per = Math.ceil(o.grants / o.workers);
       const dir = plan.lib.includes('sqlite') ? mkdtempSync(join(tmpdir(), 'leasehold-bench-')) : null;
@@ -255,6 +276,7 @@ export async function contended(
         ctx.log(`  failed: ${failures.at(-1)!.error}`);
         await pool.close();
         pool = null;
+        if (sharePool(ctx)) quickPool = null;
       } finally {
         if (dir) rmSync(dir, { recursive: true, force: true });
         // a fresh pool per library: a worker that ran one library has warmed (JIT) the code the
@@ -270,7 +292,7 @@ export async function contended(
       }
     }
   } finally {
-    await pool?.close();
+    if (!sharePool(ctx)) await pool?.close();
     await purge(admin, `bench:${ctx.runId}:`).catch(() => 0);
     await quit(admin);
   }
