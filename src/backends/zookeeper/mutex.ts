@@ -283,12 +283,14 @@ export class Mutex {
   /**
    * Liveness of a held lock: our node still exists (a forced release or an ended session
    * removes it). An extension to another TTL stores the new end in the key's window node, so
-   * the lock outlives this process (runExclusive's lockAtLeastFor).
+   * the lock outlives this process (runExclusive's lockAtLeastFor); once a window is stored,
+   * every renewal stores the new end again: a TTL longer than the session timeout is kept only
+   * by the window (the server expires a cut-off holder's session, and its node, sooner).
    */
   async extend(key: string, token: string, ttlMs: number): Promise<boolean> {
     const m = this.nodes.get(token);
     if (!m || m.key !== key || !m.held || m.session !== this.zk.session) return false;
-    if (ttlMs === m.ttlMs) {
+    if (ttlMs === m.ttlMs && !m.windowed) {
       const stat = await this.zk.exists(m.path);
       if (!stat) m.held = false;
       return !!stat;
