@@ -4,11 +4,14 @@
  */
 import type { ZkSession } from './client.js';
 import { publish } from './events.js';
+import { parseLockNode } from './paths.js';
 
 /** What a wait reads of our nodes (mutex.ts's Mine). */
 export interface Waiter {
   readonly key: string;
   readonly dir: string;
+  /** Our node's name (its sequence orders our waiters on one key). */
+  readonly name: string;
   readonly held: boolean;
   /** The node of the contender just ahead. */
   readonly pred: string | null;
@@ -34,13 +37,23 @@ export class PredecessorWatches {
   }
 
   /**
-   * Resolves when the waiter on `key` may be next: its predecessor is gone (a watch on that node
+   * Resolves when the front waiter on `key` may be next: its predecessor is gone (a watch on that node
    * only — no herd), a blocking window ran out, or `maxMs`; at once on abort.
    */
   async wait(key: string, signal: AbortSignal, maxMs: number): Promise<void> {
     if (signal.aborted) return;
+    // the front-most of our waiters on the key (several Locks may share this backend): the
+    // predecessor of a later one may be our own node, which no release of the holder removes
     let m: Waiter | undefined;
-    for (const x of this.nodes.values()) if (x.key === key && !x.held) m = x;
+    let front = Infinity;
+    for (const x of this.nodes.values()) {
+      if (x.key !== key || x.held) continue;
+      const seq = parseLockNode(x.name)?.seq ?? Infinity;
+      if (!m || seq < front) {
+        m = x;
+        front = seq;
+      }
+    }
     let bound = maxMs;
     if (m?.blockedUntil) bound = Math.min(maxMs, Math.max(1, m.blockedUntil - Date.now() + 1));
     await new Promise<void>((resolve) => {
