@@ -9,6 +9,7 @@ import { BackendError, ClosedError, InvalidArgumentError } from '../../errors.js
 import type { ZkSession } from './client.js';
 import { publish, type SessionState } from './events.js';
 import { Mutex, type Mine } from './mutex.js';
+import { DirWatchers } from './watches.js';
 import { decodeKey, Paths } from './paths.js';
 import { NO_NODE, NODE_EXISTS, PERSISTENT, zkCode } from './protocol.js';
 
@@ -58,6 +59,8 @@ export class ZookeeperBackend implements Backend {
   /** Nodes of leases reported lost while the session may still live: deleted once it is back. */
   private condemned: Mine[] = [];
   private resultsDir: Promise<void> | null = null;
+  /** Children watches of key directories (watch()): one watcher function per directory. */
+  private readonly hubs = new DirWatchers();
   private closed = false;
   /** Removes the nodes of creates whose reply was lost (mutex.sweep), while there are any. */
   private readonly sweeper: NodeJS.Timeout;
@@ -207,23 +210,25 @@ export class ZookeeperBackend implements Backend {
   async watch(key: string, onChange: () => void): Promise<() => void> {
     this.assertOpen();
     const dir = this.paths.dir(key);
+    const hub = this.hubs.of(dir);
     let live = true;
-    /** The latest arm: a watch of an earlier one that fires (or a retry of one) does nothing. */
+    /** The latest arm: a retry of an earlier one does nothing. */
     let gen = 0;
+    const fired = () => {
+      if (!live) return;
+      publish({ backend: 'zookeeper', type: 'watch', watch: 'children', key });
+      onChange();
+      rearm(0);
+    };
+    hub.subs.add(fired);
     const arm = async (): Promise<void> => {
-      const mine = ++gen;
-      const fired = () => {
-        if (!live || mine !== gen) return;
-        publish({ backend: 'zookeeper', type: 'watch', watch: 'children', key });
-        onChange();
-        rearm(0);
-      };
+      ++gen;
       try {
-        await this.zk.getChildren(dir, fired);
+        await this.zk.getChildren(dir, hub.fire);
       } catch (e) {
         if (zkCode(e) !== NO_NODE) throw e;
         // no directory yet: an existence watch fires when it is created
-        const stat = await this.zk.exists(dir, fired);
+        const stat = await this.zk.exists(dir, hub.fire);
         if (stat) await this.zk.getChildren(dir).catch(() => {}); // created between the two calls: fired covers it
       }
     };
@@ -246,11 +251,14 @@ export class ZookeeperBackend implements Backend {
     try {
       await arm();
     } catch (e) {
+      live = false;
+      hub.subs.delete(fired);
       off();
       throw e;
     }
     return () => {
       live = false;
+      hub.subs.delete(fired);
       off();
     };
   }

@@ -90,3 +90,28 @@ export class PredecessorWatches {
     });
   }
 }
+
+/**
+ * The one watcher function of each key directory, shared by every backend.watch() on it: the
+ * client keeps a watcher per path and function until it fires (ZooKeeper cannot take one back),
+ * so a function per watch() left one behind for each ended watch (observe()) until the next
+ * change. A directory's entry is forgotten once it fires with nobody left on it.
+ */
+export class DirWatchers {
+  private readonly dirs = new Map<string, { readonly subs: Set<() => void>; readonly fire: () => void }>();
+
+  of(dir: string): { readonly subs: Set<() => void>; readonly fire: () => void } {
+    let hub = this.dirs.get(dir);
+    if (!hub) {
+      const subs = new Set<() => void>();
+      const fire = (): void => {
+        if (subs.size === 0 && this.dirs.get(dir) === made) this.dirs.delete(dir);
+        for (const fn of [...subs]) fn();
+      };
+      const made = { subs, fire };
+      hub = made;
+      this.dirs.set(dir, made);
+    }
+    return hub;
+  }
+}
