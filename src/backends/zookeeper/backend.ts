@@ -22,6 +22,9 @@ export interface ZookeeperConfig {
   readonly suspendedIsLost: boolean;
 }
 
+/** The most bytes of a lock node's data (a holder value in its record): under jute.maxbuffer's 1 MB default. */
+const MAX_NODE_DATA = 1_000_000;
+
 /** The longest close() waits for the deletion of waiters' nodes (at most the session timeout). */
 const CLOSE_BOUND_MS = 5000;
 
@@ -112,7 +115,22 @@ export class ZookeeperBackend implements Backend {
     if (this.closed) throw new ClosedError('zookeeper: backend closed');
   }
 
+  /**
+   * A holder value goes in the lock node's data, and ZooKeeper answers a request over its
+   * jute.maxbuffer (1 MB by default) by closing the connection: a value that cannot fit is
+   * refused before any I/O. Counted as stored (JSON: a control character takes six bytes).
+   */
+  checkValue(value: string, what: string): void {
+    const bytes = Buffer.byteLength(JSON.stringify(value), 'utf8') + 40; // the record around it
+    if (bytes > MAX_NODE_DATA) {
+      throw new InvalidArgumentError(
+        `${what} takes ${bytes} bytes in a ZooKeeper node; at most ${MAX_NODE_DATA} fit (ZooKeeper's jute.maxbuffer is 1 MB by default)`,
+      );
+    }
+  }
+
   async acquire(key: string, req: AcquireRequest): Promise<Grant | null> {
+    if (req.value !== undefined) this.checkValue(req.value, 'acquire: value');
     this.assertOpen();
     // until a session connected, the client reports the timeout it asked for, and the server may
     // agree to a shorter one (maxSessionTimeout): wait for it (the engine bounds the call)
