@@ -9,7 +9,7 @@ import { ignore, missing } from './protected.js';
 import { NO_NODE } from './protocol.js';
 import { readWindow } from './window.js';
 
-/** What holds `key`: the lowest node (value, czxid), else a live window. */
+/** What holds `key`: another holder's live window, else the lowest node (value, czxid), else our window. */
 export async function inspectLock(zk: ZkSession, paths: Paths, key: string): Promise<LockInfo | null> {
   const dir = paths.dir(key);
   let children: string[];
@@ -19,7 +19,13 @@ export async function inspectLock(zk: ZkSession, paths: Paths, key: string): Pro
     if (missing(e)) return null;
     throw e;
   }
+  // another holder's live window holds the key, also over the lowest node (a waiter it blocks)
+  const w = children.includes(WINDOW) ? await readWindow(zk, dir) : null;
+  const left = w ? w.end - Date.now() : 0;
+  const windowed = (): LockInfo | null =>
+    w && left > 0 ? { key, fence: w.fence, remainingMs: Math.ceil(left) } : null;
   for (const n of lockNodes(children)) {
+    if (w && left > 0 && w.digest !== n.digest) return windowed();
     try {
       const { data, stat } = await zk.getData(`${dir}/${n.name}`);
       const d = decodeData(data);
@@ -29,12 +35,7 @@ export async function inspectLock(zk: ZkSession, paths: Paths, key: string): Pro
       if (!missing(e)) throw e; // released meanwhile: the next one holds
     }
   }
-  if (children.includes(WINDOW)) {
-    const w = await readWindow(zk, dir);
-    const left = w ? w.end - Date.now() : 0;
-    if (w && left > 0) return { key, fence: w.fence, remainingMs: Math.ceil(left) };
-  }
-  return null;
+  return windowed();
 }
 
 /** Administrative break: deletes the holder's node and any window. */
