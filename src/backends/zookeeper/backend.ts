@@ -247,7 +247,9 @@ export class ZookeeperBackend implements Backend {
         if (zkCode(e) !== NO_NODE) throw e;
         // no directory yet: an existence watch fires when it is created
         const stat = await this.zk.exists(dir, hub.fire);
-        if (stat) await this.zk.getChildren(dir).catch(() => {}); // created between the two calls: fired covers it
+        // created between the two calls: its children are watched now (the watch exists set on
+        // it fires only when it is deleted, which also covers a failure here)
+        if (stat) await this.zk.getChildren(dir, hub.fire).catch(() => {});
       }
     };
     // a failed arm is tried again (backing off) while the session lasts; a new session re-arms
