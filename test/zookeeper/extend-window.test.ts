@@ -33,16 +33,16 @@ describe('zookeeper: a lease extended past the session timeout', () => {
     const proxy = new Proxy(port);
     proxies.push(proxy);
     await proxy.listen();
-    const backend = await connectZookeeper(`127.0.0.1:${proxy.port}`, { sessionTimeout: 3000 });
-    const a = createLocks(backend, { ttl: 2500, prefix: 'extend-window' });
+    const backend = await connectZookeeper(`127.0.0.1:${proxy.port}`, { sessionTimeout: 1500 });
+    const a = createLocks(backend, { ttl: 1200, prefix: 'extend-window' });
     open.push(a);
-    const b = createLocks(await zk.backend({ sessionTimeout: 3000 }), { ttl: 2500, prefix: 'extend-window' });
+    const b = createLocks(await zk.backend({ sessionTimeout: 1500 }), { ttl: 1200, prefix: 'extend-window' });
     open.push(b);
 
     const k = `k-${process.pid}-1`;
     const lease = await a.acquire(k);
-    await lease.extend(8000); // renewed every 2.67 s from now on, at 8 s each time
-    await sleep(8500); // past the end the extension itself stored; the lease is renewed meanwhile
+    await lease.extend(4000); // renewed every 1.33 s from now on, at 4 s each time
+    await sleep(4500); // past the end the extension itself stored; the lease is renewed meanwhile
     expect(lease.held).toBe(true);
 
     proxy.setMode({ kind: 'blackhole' }); // the holder hears nothing more, nor does the server from it
