@@ -87,6 +87,8 @@ export class ServerQueue {
   private readonly contended = new Map<string, number>();
   /** Grants out of the server's queue (diagnostics). */
   grants = 0;
+  /** The schema has no leasehold_after_wait (42883): a grant out of the queue asks `afterWait`. */
+  legacy = false;
 
   constructor(private readonly host: QueueHost) {}
 
@@ -189,11 +191,20 @@ export class ServerQueue {
           String(WAIT_MS),
           idle,
         ];
-        row = (await conn.prepared(host.sql.waitLock, params))[0];
+        try {
+          row = (await conn.prepared(this.legacy ? host.sql.waitLockLegacy : host.sql.waitLock, params))[0];
+        } catch (e) {
+          // 42883: no leasehold_after_wait in the schema (an earlier version's, `migrate: false`):
+          // nothing was locked (the statement failed to parse); this backend waits the old way
+          if (sqlState(e) !== '42883' || this.legacy || conn.closed || w.state !== 'waiting') throw e;
+          this.legacy = true;
+          row = (await conn.prepared(host.sql.waitLockLegacy, params))[0];
+        }
         waited = row?.r === 'waited';
         if (waited && w.state === 'waiting') {
-          // the wait's snapshot predates a window the holder wrote just before letting go: a new
-          // statement checks it (and draws the fence)
+          // the function's snapshots are the transaction's (not READ COMMITTED), or there is no
+          // function: a new statement checks for a window the holder wrote just before letting go
+          // (and draws the fence)
           w.queued = true;
           row = (await timed(conn.prepared(host.sql.afterWait, params.slice(0, 6)), host.timeoutMs, 'grant'))[0];
           waited = !/^(w|sequence$)/.test(String(row?.r)); // the lock is still held here

@@ -10,6 +10,8 @@
  *   leasehold_results     (key, value, expires)  idempotency results, beside the lock that guards them
  *   leasehold_fences      (key, fence)           fences of earlier versions (read only, see docs)
  *   leasehold_fence_seen  (resource, fence)      highest fence a resource accepted (checkFence)
+ * and one function, leasehold_after_wait (ddl.ts): the window check and fence of a grant out of the
+ * server's lock queue, inside `waitLock` (its queries see what was committed during the wait).
  *
  * A fence is `(epoch << 40) + nextval(leasehold_fence_seq)`: one counter for all keys, in an
  * UNLOGGED sequence (no WAL, no transaction id, no flush per grant), strictly increasing while the
@@ -54,11 +56,17 @@ export interface Statements {
   /**
    * Like `acquire`, but waits in the server's lock queue (`pg_advisory_lock`, FIFO, woken alone
    * when its turn comes), for at most $7 ms (lock_timeout), $8 the keepalive idle time as $7 of `acquire`: r = a fence, `w<ms>`, 'moved',
-   * 'restarted', 'sequence', or 'waited': it had to wait and holds the lock now, but drew no
-   * fence (its snapshot predates the wait: a runExclusive window the holder wrote before letting
-   * go is not visible to it), `afterWait` decides; a lock_timeout is an error (55P03).
+   * 'restarted', 'sequence' (nothing locked, or the lock let go after a wait), or 'waited': it
+   * had to wait and holds the lock now, but drew no fence (not under READ COMMITTED: see ddl.ts's
+   * `leasehold_after_wait`, which decides a grant out of the queue), `afterWait` decides; a
+   * lock_timeout is an error (55P03).
    */
   readonly waitLock: string;
+  /**
+   * `waitLock` for a schema without `leasehold_after_wait` (made by an earlier version and used
+   * with `migrate: false`): a grant out of the queue always answers 'waited'.
+   */
+  readonly waitLockLegacy: string;
   /**
    * After `waitLock` answered 'waited' (the lock is held on this session), in a new statement
    * (a snapshot that sees a window written before the holder let go): the guards and the window
@@ -147,6 +155,9 @@ export interface Statements {
   readonly countKeys: string;
 }
 
+/** The function that decides a grant out of the server's queue (created by ddl.ts, see there). */
+export const AFTER_WAIT_FN = 'leasehold_after_wait';
+
 const cache = new Map<string, Statements>();
 
 /**
@@ -221,6 +232,7 @@ export function statements(quotedSchema: string): Statements {
           THEN CASE WHEN pg_advisory_unlock($1::int8) THEN 'w' || COALESCE((SELECT ${leftMs('until')}
             FROM ${windows} WHERE key = $2::text AND until > clock_timestamp()), 0) END
         ELSE (${nextFence('$5::int8')})::text END AS r`;
+  const waitFirst = `\n        WHEN set_config('lock_timeout', $7::int8::text, false) IS NULL THEN NULL`;
   // `refused`: the answer when the lock call is refused ('held', or waitLock's wait in the queue)
   const lockStatement = (lockCall: string, idle: string, first = '', refused = "'held'") => `SELECT CASE${first}
         WHEN pg_backend_pid() <> $3::int4 THEN 'moved'
@@ -239,13 +251,21 @@ export function statements(quotedSchema: string): Statements {
     acquire: lockStatement('pg_try_advisory_lock($1::int8)', '$7'),
     // lock_timeout is set (for this session) before the lock call: the first branch, never taken.
     // Free (no one holds or waits: a try is refused while anyone waits, so nobody barges): as
-    // `acquire`. Else it waits in the queue and, once granted, answers 'waited' with no fence:
-    // this statement's snapshot was taken before the wait and would miss a runExclusive window
-    // the holder committed just before letting go; `afterWait` checks it in a new statement
+    // `acquire`. Else it waits in the queue and, once granted, the function decides: this
+    // statement's snapshot was taken before the wait and would miss a runExclusive window the
+    // holder committed just before letting go; the function's own queries take new snapshots
     waitLock: lockStatement(
       'pg_try_advisory_lock($1::int8)',
       '$8',
-      `\n        WHEN set_config('lock_timeout', $7::int8::text, false) IS NULL THEN NULL`,
+      waitFirst,
+      `CASE WHEN pg_advisory_lock($1::int8) IS NULL THEN NULL
+          WHEN ${raise('$8')} THEN NULL
+          ELSE ${t(AFTER_WAIT_FN)}($1::int8, $2::text, $6::oid, $5::int8) END`,
+    ),
+    waitLockLegacy: lockStatement(
+      'pg_try_advisory_lock($1::int8)',
+      '$8',
+      waitFirst,
       `CASE WHEN pg_advisory_lock($1::int8) IS NULL THEN NULL
           WHEN ${raise('$8')} THEN NULL ELSE 'waited' END`,
     ),

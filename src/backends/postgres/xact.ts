@@ -84,7 +84,7 @@ function resolve(key: unknown, opts: unknown, what: string): Resolved {
 async function ensure(q: TxQueryable, quotedSchema: string): Promise<void> {
   const id = q.identity === null ? null : `${q.identity}|${quotedSchema}`;
   if (id !== null && known.has(id)) return;
-  if (await tablesExist(q, quotedSchema)) {
+  if (await tablesExist(q, quotedSchema, false)) {
     if (id !== null) {
       known.add(id);
       // bounded (postgres.js instances made and ended per tenant, say): the oldest is checked again
