@@ -3,7 +3,7 @@
  * refuse — `bigint`, `Date`, `Map`, `Set`, `Uint8Array`/`Buffer` (comes back as a Buffer), an
  * `ArrayBuffer`, the other typed arrays and `DataView` (each as its own type), `undefined`, `NaN`,
  * `±Infinity` and `-0`. A function or a symbol anywhere in the value (a symbol-keyed property too),
- * a `WeakMap`, `WeakSet` or `Promise`, or a cycle, is refused (a TypeError) instead of being dropped. Class instances come back as plain objects
+ * a `WeakMap`, `WeakSet` or `Promise`, a cycle, or a value whose `toJSON` gives nothing, is refused (a TypeError) instead of being dropped. Class instances come back as plain objects
  * of their own enumerable properties, as with JSON. Plain JSON values are stored as plain JSON.
  */
 
@@ -75,7 +75,10 @@ function replacer(this: Record<string, unknown>, k: string, v: unknown): unknown
 
 /** The stored text of `value`; throws a TypeError for what cannot be stored. */
 export function encode(value: unknown): string {
-  return JSON.stringify(value, replacer);
+  const text = JSON.stringify(value, replacer) as string | undefined;
+  // a toJSON that gives undefined (or a function) leaves nothing: refused, not stored as "undefined"
+  if (text === undefined) throw new TypeError('the value serialises to nothing (its toJSON gave no JSON value)');
+  return text;
 }
 
 /** The value `encode` stored. */

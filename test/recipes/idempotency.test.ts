@@ -65,6 +65,17 @@ describe.each(Object.keys(TARGETS))('idempotent on %s', (name) => {
     expect(runs).toBe(1);
   });
 
+  test('a result whose toJSON gives nothing is refused on the first call too, not only on repeats', async () => {
+    const l = await locks();
+    let runs = 0;
+    // JSON.stringify of it is undefined: the record would be `{"v":undefined}`, not JSON
+    const charge = () => (runs++, { receipt: 'r-2', toJSON: () => undefined });
+    const first = await l.idempotent('nothing', charge).catch((e: unknown) => e);
+    expect(first).toBeInstanceOf(UnserializableError);
+    await expect(l.idempotent('nothing', charge)).rejects.toThrow(/already ran, but its result could not be stored/);
+    expect(runs).toBe(1);
+  });
+
   test('custom serialize/deserialize are used both ways; a throwing serialize also stores the marker', async () => {
     const l = await locks();
     class Money {
