@@ -141,7 +141,8 @@ function detachOnClose(host: ScopedHost<unknown>, lease: LeaseImpl, atMost: numb
  * After fn: the rest of the `lockAtLeastFor` window is kept (it outlives close()), or the lock
  * released. A window refused by the server (the token no longer holds the lock: expired, deleted
  * or taken over) marks the lease lost, and that LeaseLostError is returned; an error of the call
- * tells nothing of the lock, and only releases it.
+ * tells nothing of the lock: an extend's leaves it to its stored expiry (never sooner than the
+ * window's end), a session backend's `keep`'s releases it.
  */
 async function keepWindow(
   host: ScopedHost<unknown>,
@@ -164,7 +165,12 @@ async function keepWindow(
     );
     return lease.lostError;
   } catch {
-    await quietRelease(lease);
+    // the call failed, its outcome unknown. An extend either went through (the window) or not
+    // (lockAtMostFor from the grant): both keep the lock until the window ends, so it is left to
+    // its stored expiry, as after a crash; a release would let another instance run inside the
+    // window. A session backend's lock ends with its session: released, as before.
+    if (host.backend.keep) await quietRelease(lease);
+    else lease.detach();
     return null;
   }
 }
