@@ -64,7 +64,10 @@ export interface Election extends EventEmitter {
 /** What an election needs from its Locks. */
 export interface ElectionHost {
   readonly backend: Backend;
-  acquire(key: string, options: { value: string; ttl?: Duration; wait: number; signal?: AbortSignal }): Promise<Lease>;
+  acquire(
+    key: string,
+    options: { value: string; ttl?: Duration; renew: boolean; wait: number; signal?: AbortSignal },
+  ): Promise<Lease>;
   inspect(key: string): Promise<{ fence: bigint; remainingMs: number; value?: string } | null>;
   fullKey(key: string): string;
   /** The backend's watch, bounded like every call; null when the backend cannot push. */
@@ -145,6 +148,7 @@ export class ElectionImpl extends EventEmitter implements Election {
         term = await this.#host.acquire(this.key, {
           value: opts.value,
           ttl: opts.ttl,
+          renew: true, // a term is renewed while held, whatever the Locks' default
           wait: MAX_DURATION_MS,
           signal,
         });
