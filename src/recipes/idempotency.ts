@@ -36,7 +36,7 @@ export interface IdempotencyHost {
   withLock<T>(
     key: string,
     fn: (lease: Lease) => Promise<T> | T,
-    options?: { wait?: Duration; signal?: AbortSignal },
+    options?: { wait?: Duration; signal?: AbortSignal; renew?: boolean },
   ): Promise<T>;
   fullKey(key: string): string;
 }
@@ -81,7 +81,9 @@ export async function idempotent<T>(
   const read = (stored: string) => unpack(stored, key, o.deserialize) as T;
   const done = await store.get(full);
   if (done !== null) return read(done);
-  const lockOpts: { wait?: Duration; signal?: AbortSignal } = {};
+  // renewed while fn runs, whatever the Locks' default: a lock that expired under a slow fn let a
+  // concurrent caller in, and fn ran twice
+  const lockOpts: { wait?: Duration; signal?: AbortSignal; renew: boolean } = { renew: true };
   if (o.wait !== undefined) lockOpts.wait = o.wait;
   if (o.signal !== undefined) lockOpts.signal = o.signal;
   return host.withLock(

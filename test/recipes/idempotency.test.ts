@@ -76,6 +76,26 @@ describe.each(Object.keys(TARGETS))('idempotent on %s', (name) => {
     expect(runs).toBe(1);
   });
 
+  test('the lock is renewed while fn runs on Locks whose default is renew: false: fn runs once', async () => {
+    const mk = async () => {
+      const l = createLocks(await TARGETS[name]!(), { prefix, ttl: 600, renew: false });
+      open.push(l);
+      return l;
+    };
+    const [a, b] = [await mk(), await mk()];
+    let runs = 0;
+    const slow = async () => {
+      runs++;
+      await new Promise((r) => setTimeout(r, 1500)); // two and a half ttls: a lock that is not renewed expires
+      return 'charged';
+    };
+    const first = a.idempotent('slow', slow);
+    await new Promise((r) => setTimeout(r, 50));
+    const second = b.idempotent('slow', slow); // waits for the run in progress
+    expect(await Promise.all([first, second])).toEqual(['charged', 'charged']);
+    expect(runs).toBe(1);
+  });
+
   test('custom serialize/deserialize are used both ways; a throwing serialize also stores the marker', async () => {
     const l = await locks();
     class Money {
