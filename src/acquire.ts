@@ -18,7 +18,7 @@ import type { CallOptions, Calls } from './calls.js';
 import { after, cancel } from './deadlines.js';
 import { BackendError, LockTimeoutError } from './errors.js';
 import { channels, emit, warn } from './events.js';
-import { driftMs } from './lease.js';
+import { driftOf } from './lease.js';
 import { GiveBack, retryable, type Failure } from './give-back.js';
 import { newToken } from './validate.js';
 import { anySignal, backoffDelay, LinkedSignal, now, race, sleep, TurnQueue, type Backoff } from './wait.js';
@@ -142,7 +142,7 @@ export class Acquirer {
 
   /** The longest an attempt may take: a grant later than the lease's validity is already void. */
   private validity(p: Parsed): number {
-    return Math.max(1, p.ttlMs - driftMs(p.ttlMs));
+    return Math.max(1, p.ttlMs - driftOf(this.host.backend, p.ttlMs));
   }
 
   async acquire(p: Parsed, token: string): Promise<unknown> {

@@ -102,6 +102,12 @@ export interface Backend {
   /** One atomic attempt. Resolves null if the lock is held (or not this caller's turn). */
   acquire(key: string, request: AcquireRequest): Promise<Grant | null>;
   /**
+   * The clock-drift allowance (ms) this backend's own validity rule takes off a TTL, when it may
+   * be larger than the engine's `driftMs` (Redlock's `driftFactor` / `driftMs` options): a lease
+   * then counts as held for `ttl − elapsed − max(both)` only, on its grant and every renewal.
+   */
+  driftMs?(ttlMs: number): number;
+  /**
    * Token-checked extension of many leases in one round trip. Resolves one entry per item: true
    * (extended); false: the lease is no longer this token's (expired, deleted, overwritten); an
    * Error: that item's renewal failed, its outcome unknown as for a rejection, while others of the

@@ -57,6 +57,10 @@ export interface LeaseGroup {
 /** The margin subtracted from a lease's validity: 1% of the TTL plus 2ms (as Redlock does). */
 export const driftMs = (ttlMs: number): number => Math.floor(ttlMs * 0.01) + 2;
 
+/** The drift allowance of a lease on `backend`: the engine's, or the backend's own if larger. */
+export const driftOf = (backend: Pick<Backend, 'driftMs'>, ttlMs: number): number =>
+  Math.max(driftMs(ttlMs), backend.driftMs?.(ttlMs) ?? 0);
+
 /** The smallest ttl that leaves any validity after driftMs (3 ms). */
 export const MIN_TTL_MS = 3;
 
@@ -130,8 +134,13 @@ export class LeaseImpl implements Lease {
     this.#host = host;
     this.#token = token;
     this.ttlMs = ttlMs;
-    this.expiresAt = grantedAt + ttlMs - driftMs(ttlMs);
+    this.expiresAt = grantedAt + ttlMs - this.#drift(ttlMs);
     this.nextRenewAt = grantedAt + this.renewInterval;
+  }
+
+  /** The drift allowance of a call setting this lease's expiry to `ttlMs` (the backend's, if larger). */
+  #drift(ttlMs: number): number {
+    return driftOf(this.#host.backend, ttlMs);
   }
 
   /**
@@ -179,7 +188,7 @@ export class LeaseImpl implements Lease {
   expiredReason(): string {
     const t = this.#shortening;
     if (t)
-      return `the extension to ${t}ms ran out before it was confirmed (${t - driftMs(t)}ms of validity after the drift allowance)`;
+      return `the extension to ${t}ms ran out before it was confirmed (${t - this.#drift(t)}ms of validity after the drift allowance)`;
     return this.renew ? 'it expired before a renewal succeeded' : 'its TTL ran out (renew is off)';
   }
   get signal(): AbortSignal {
@@ -219,7 +228,7 @@ export class LeaseImpl implements Lease {
    */
   sending(sentAt: number, ttlMs: number): { seq: number; lowered: boolean } {
     if (this.#inFlight++ === 0) this.#soonest = this.#renewBy = Infinity;
-    const until = sentAt + ttlMs - driftMs(ttlMs);
+    const until = sentAt + ttlMs - this.#drift(ttlMs);
     const renewAt = sentAt + Math.max(1, Math.floor(ttlMs / 3));
     this.#soonest = Math.min(this.#soonest, until);
     this.#renewBy = Math.min(this.#renewBy, renewAt);
@@ -303,7 +312,7 @@ export class LeaseImpl implements Lease {
       throw e;
     }
     // the extension's own validity, by our clock from its send: over already when the answer came?
-    const until = sentAt + ttlMs - driftMs(ttlMs);
+    const until = sentAt + ttlMs - this.#drift(ttlMs);
     const answeredAt = now();
     const late = answeredAt >= until;
     this.#emitExtend(!!ok && !late);
@@ -311,7 +320,7 @@ export class LeaseImpl implements Lease {
       this.lose(
         late
           ? `the extension to ${ttlMs}ms ran out before it was confirmed (answered after ${Math.round(answeredAt - sentAt)}ms; ` +
-              `${ttlMs - driftMs(ttlMs)}ms of validity after the drift allowance)`
+              `${ttlMs - this.#drift(ttlMs)}ms of validity after the drift allowance)`
           : 'the backend refused the extension (expired, deleted or taken over)',
       );
       throw this.#lostError ?? new LeaseLostError(this.key, 'released during extend');

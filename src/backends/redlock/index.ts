@@ -120,6 +120,11 @@ class RedlockBackend implements Backend {
     return Math.round(ttlMs * this.cfg.driftFactor) + this.cfg.driftMs;
   }
 
+  /** The engine counts a lease valid for `ttl − elapsed − drift` with this drift too, not only its own. */
+  driftMs(ttlMs: number): number {
+    return this.drift(ttlMs);
+  }
+
   private assertOpen(): void {
     if (this.closed) throw new ClosedError('redlock: backend is closed');
   }
