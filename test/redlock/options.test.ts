@@ -1,5 +1,6 @@
 /** Argument checks: every bad input is refused with InvalidArgumentError before any I/O. */
 import { Redis } from 'ioredis';
+import { createClient } from 'redis';
 import { afterAll, describe, expect, it } from 'vitest';
 import { redlock } from '../../src/backends/redlock/index.js';
 import { InvalidArgumentError } from '../../src/errors.js';
@@ -53,6 +54,19 @@ describe('redlock(clients, opts) validation', () => {
     expect(() => redlock([cs[0]!, cs[1]!, {} as never])).toThrow(/clients\[2\]/);
     expect(() => redlock([cs[0]!, cs[1]!, cs[0]!])).toThrow(/same client/);
     expect(() => redlock([cs[0]!, cs[1]!, ...lazy([7001])])).toThrow(/both point at 127\.0\.0\.1:7001/);
+  });
+
+  it('refuses two node-redis clients of one node that leave the host or port to the defaults', () => {
+    // node-redis fills in localhost:6379 only when it connects: its options say nothing
+    const nr = (socket?: { host?: string; port?: number }) => createClient(socket ? { socket } : {});
+    const other = nr({ host: '127.0.0.1', port: 7002 });
+    expect(() => redlock([nr({ port: 7001 }), nr({ port: 7001 }), other] as never)).toThrow(
+      /both point at localhost:7001/,
+    );
+    expect(() => redlock([nr(), nr(), other] as never)).toThrow(/both point at localhost:6379/);
+    expect(() => redlock([nr({ host: 'localhost' }), nr(), other] as never)).toThrow(/both point at localhost:6379/);
+    // as fromUrl: localhost and 127.0.0.1 are two names, never resolved
+    expect(() => redlock([nr({ port: 7001 }), nr({ host: '127.0.0.1', port: 7001 }), other] as never)).not.toThrow();
   });
 
   it('refuses bad requests before sending anything', async () => {

@@ -72,11 +72,16 @@ function address(client: any): string | undefined {
   const o = client?.options;
   if (typeof o?.path === 'string') return o.path;
   if (typeof o?.socket?.path === 'string') return o.socket.path;
-  const host = o?.host ?? o?.socket?.host;
-  const port = o?.port ?? o?.socket?.port;
-  if (host !== undefined && port !== undefined) return `${String(host)}:${String(port)}`;
-  if (typeof o?.url === 'string') return redactUrl(o.url); // a label shows up in errors: never a password
-  return undefined;
+  let host = o?.host ?? o?.socket?.host;
+  let port = o?.port ?? o?.socket?.port;
+  // a label shows up in errors: never a password
+  if ((host === undefined || port === undefined) && typeof o?.url === 'string') return redactUrl(o.url);
+  if (o === undefined || o === null) return undefined;
+  // node-redis leaves what it defaults out of its options (it fills in localhost:6379 only when it
+  // connects): two clients of one node that both rely on a default must still compare equal
+  host ??= 'localhost';
+  port ??= 6379;
+  return `${String(host)}:${String(port)}`;
 }
 
 /** Adapts every client; refuses duplicates (one node counted twice fakes a majority). */
