@@ -56,7 +56,7 @@ describe('redlock(clients, opts) validation', () => {
     expect(() => redlock([cs[0]!, cs[1]!, ...lazy([7001])])).toThrow(/both point at 127\.0\.0\.1:7001/);
   });
 
-  it('refuses two node-redis clients of one node that leave the host or port to the defaults', () => {
+  it('refuses two clients of one node that leave the host or port to the defaults or spell the host differently', () => {
     // node-redis fills in localhost:6379 only when it connects: its options say nothing
     const nr = (socket?: { host?: string; port?: number }) => createClient(socket ? { socket } : {});
     const other = nr({ host: '127.0.0.1', port: 7002 });
@@ -65,6 +65,12 @@ describe('redlock(clients, opts) validation', () => {
     );
     expect(() => redlock([nr(), nr(), other] as never)).toThrow(/both point at localhost:6379/);
     expect(() => redlock([nr({ host: 'localhost' }), nr(), other] as never)).toThrow(/both point at localhost:6379/);
+    // host names compare without case, as fromUrl compares them
+    const io = (host: string) => new Redis({ host, port: 7001, lazyConnect: true });
+    expect(() => redlock([io('LOCALHOST'), io('localhost'), other] as never)).toThrow(/both point at localhost:7001/);
+    expect(() => redlock([io('LocalHost'), nr({ port: 7001 }), other] as never)).toThrow(
+      /both point at localhost:7001/,
+    );
     // as fromUrl: localhost and 127.0.0.1 are two names, never resolved
     expect(() => redlock([nr({ port: 7001 }), nr({ host: '127.0.0.1', port: 7001 }), other] as never)).not.toThrow();
   });

@@ -81,7 +81,8 @@ function address(client: any): string | undefined {
   // connects): two clients of one node that both rely on a default must still compare equal
   host ??= 'localhost';
   port ??= 6379;
-  return `${String(host)}:${String(port)}`;
+  // host names are case-insensitive (as fromUrl compares them): LOCALHOST and localhost are one node
+  return `${String(host).toLowerCase()}:${String(port)}`;
 }
 
 /** Adapts every client; refuses duplicates (one node counted twice fakes a majority). */
