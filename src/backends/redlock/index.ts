@@ -179,7 +179,9 @@ class RedlockBackend implements Backend {
     }
     const q = this.quorum;
     const start = performance.now();
-    const validity = items.reduce((m, it) => Math.min(m, it.ttlMs - this.drift(it.ttlMs)), Infinity);
+    // the longest validity bounds the round: a short-TTL item must not cut the others' wait (each
+    // item is judged against its own validity below)
+    const validity = items.reduce((m, it) => Math.max(m, it.ttlMs - this.drift(it.ttlMs)), 0);
     const calls: ScriptCall[] = items.map((it) => ({
       script: EXTEND,
       keys: [lockKey(it.key), valueKey(it.key), fenceKey(it.key), pinKey(it.key)],
