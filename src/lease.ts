@@ -143,6 +143,11 @@ export class LeaseImpl implements Lease {
     return driftOf(this.#host.backend, ttlMs);
   }
 
+  /** A third of the TTL, or half the validity when a backend's large drift leaves less than that. */
+  #renewAfter(ttlMs: number): number {
+    return Math.max(1, Math.min(Math.floor(ttlMs / 3), Math.floor((ttlMs - this.#drift(ttlMs)) / 2)));
+  }
+
   /**
    * The server holds this grant only until `t` (a hand-over's claim) until its first renewal:
    * the lease is valid until then, and renewed before half of what is left has passed.
@@ -178,7 +183,7 @@ export class LeaseImpl implements Lease {
     this.#expiresAt = t;
   }
   get renewInterval(): number {
-    return Math.max(1, Math.floor(this.ttlMs / 3));
+    return this.#renewAfter(this.ttlMs);
   }
   /** Marks a lease past its validity lost now (a paused process may read it before any timer ran). */
   #checkExpiry(): void {
@@ -229,7 +234,7 @@ export class LeaseImpl implements Lease {
   sending(sentAt: number, ttlMs: number): { seq: number; lowered: boolean } {
     if (this.#inFlight++ === 0) this.#soonest = this.#renewBy = Infinity;
     const until = sentAt + ttlMs - this.#drift(ttlMs);
-    const renewAt = sentAt + Math.max(1, Math.floor(ttlMs / 3));
+    const renewAt = sentAt + this.#renewAfter(ttlMs);
     this.#soonest = Math.min(this.#soonest, until);
     this.#renewBy = Math.min(this.#renewBy, renewAt);
     const lowered = !this.group && until < this.#expiresAt;

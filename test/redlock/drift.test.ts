@@ -35,6 +35,23 @@ describe('redlock: the configured drift bounds the lease', () => {
     await lease.release();
   });
 
+  it('a large drift allowance: the lease is renewed before its shorter validity runs out', async () => {
+    // drift = 800 + 2: 198ms of validity out of a 1s TTL, less than the usual ttl / 3 renewal point
+    const big = createLocks(redlock(cs, { driftFactor: 0.8 }), { prefix: `lh-test-${run}:big` });
+    try {
+      const lease = await big.acquire('renewed', { ttl: 1000 });
+      expect(lease.remaining()).toBeLessThanOrEqual(198);
+      let lost = false;
+      lease.signal.addEventListener('abort', () => (lost = true));
+      await new Promise((r) => setTimeout(r, 600)); // past three validities: it must have been renewed
+      expect(lost).toBe(false);
+      expect(lease.held).toBe(true);
+      await lease.release();
+    } finally {
+      await big.close();
+    }
+  });
+
   it('after an explicit extend', async () => {
     const lease = await locks.acquire('extended', { ttl: 1000, renew: false });
     await lease.extend(1000);
