@@ -8,6 +8,7 @@
  */
 import { type ChildProcess, spawn } from 'node:child_process';
 import { constants } from 'node:os';
+import { formatMs, say } from './common.js';
 
 export interface Exit {
   code: number | null;
@@ -39,9 +40,13 @@ export class Supervised {
         reject(e);
       });
       this.child.once('exit', (code, signal) => {
-        this.exited = true;
-        this.stopWatchdog();
-        resolve({ code, signal });
+        // what it left in its group (`job &`) must not run on once the lock is released: stopped
+        // first, with the watchdog still on guard in case leasehold is killed meanwhile
+        void this.clearGroup(graceMs).then(() => {
+          this.exited = true;
+          this.stopWatchdog();
+          resolve({ code, signal });
+        });
       });
     });
     this.done.catch(() => {});
@@ -71,6 +76,39 @@ export class Supervised {
       return await this.done;
     } finally {
       clearTimeout(timer);
+    }
+  }
+
+  /** Whether any process of the command's group is still there. */
+  private groupAlive(): boolean {
+    try {
+      process.kill(-this.child.pid!, 0);
+      return true;
+    } catch (e) {
+      return (e as NodeJS.ErrnoException).code === 'EPERM';
+    }
+  }
+
+  /**
+   * The command has exited; processes it left in its group get SIGTERM (and SIGCONT, should they
+   * be stopped), SIGKILL after `graceMs`. Bounded: a zombie nobody reaps (a container's PID 1 that
+   * does not) still counts as a member, so the wait ends a second after SIGKILL whatever remains.
+   */
+  private async clearGroup(graceMs: number): Promise<void> {
+    if (process.platform === 'win32' || this.child.pid === undefined || !this.groupAlive()) return;
+    say(
+      `the command exited and left processes in its group running; stopping them (SIGTERM, then SIGKILL after ${formatMs(graceMs)})`,
+    );
+    this.signal('SIGTERM');
+    this.signal('SIGCONT');
+    const killAt = performance.now() + graceMs;
+    let giveUpAt = Infinity;
+    while (this.groupAlive() && performance.now() < giveUpAt) {
+      if (giveUpAt === Infinity && performance.now() >= killAt) {
+        this.signal('SIGKILL');
+        giveUpAt = performance.now() + 1000;
+      }
+      await new Promise((r) => setTimeout(r, 20));
     }
   }
 
