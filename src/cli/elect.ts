@@ -88,7 +88,7 @@ export async function elect(name: string, command: string[], flags: ElectFlags):
         continue;
       }
       say(`leading "${name}" as ${value} (fence ${term.fence}); starting the command`);
-      const c = (child = start(command, leaseEnv(term, { LEASEHOLD_LEADER: value }), graceMs));
+      const c = (child = start(command, leaseEnv(term, { LEASEHOLD_LEADER: value }), graceMs, term, ttlMs));
       if (term.signal.aborted) onLost(); // lost while the command was being started
       const exit = await outcome(c, command[0]!);
       child = null;

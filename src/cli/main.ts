@@ -103,9 +103,10 @@ The command runs in its own process group with LEASEHOLD_KEY, LEASEHOLD_FENCE (p
 write, so the resource can reject a stale holder) and LEASEHOLD_TOKEN in its environment.
 SIGINT, SIGTERM and SIGHUP are passed on to it. If the lease is lost (expired, broken by
 release --force), the command gets SIGTERM, then SIGKILL after --grace, and leasehold exits 79.
-If leasehold itself is killed, a watchdog stops the command. Ctrl-Z (SIGTSTP) stops the command
-with leasehold; fg/bg continues both (if the lease ran out meanwhile: SIGTERM, exit 79). Its own
-session has no controlling terminal: what opens /dev/tty (sudo, ssh prompts) fails.
+If leasehold itself is killed, or stopped (SIGSTOP) past its lease, a watchdog stops the
+command. Ctrl-Z (SIGTSTP) stops the command with leasehold; fg/bg continues both (if the lease
+ran out meanwhile: SIGTERM, exit 79). Its own session has no controlling terminal: what opens
+/dev/tty (sudo, ssh prompts) fails.
 
 Examples:
   leasehold run backup --wait 0 -- /usr/local/bin/backup.sh

@@ -56,8 +56,16 @@ async function holderOf(locks: Locks, key: string): Promise<string> {
 }
 
 /** Starts the command; a missing or non-executable file is exit 127 / 126, as in a shell. */
-export function start(command: readonly string[], env: NodeJS.ProcessEnv, graceMs: number): Supervised {
-  return new Supervised(command, env, graceMs);
+export function start(
+  command: readonly string[],
+  env: NodeJS.ProcessEnv,
+  graceMs: number,
+  lease: Lease,
+  ttlMs: number,
+): Supervised {
+  // told at least 4 times per ttl: a renewed lease has more than half a ttl left, so the watchdog
+  // hears of the renewal before the validity it last heard of runs out
+  return new Supervised(command, env, graceMs, { remaining: () => lease.remaining(), everyMs: ttlMs / 4 });
 }
 
 /** Waits for the command; maps spawn errors to the shell's 127 / 126. */
@@ -140,7 +148,7 @@ export async function run(key: string, command: string[], flags: RunFlags): Prom
       say(`${(lost as LeaseLostError).message}; the command was not started`);
       throw new CliError('', EXIT.LOST);
     }
-    const c = (child = start(command, leaseEnv(held), graceMs));
+    const c = (child = start(command, leaseEnv(held), graceMs, held, ttlMs));
     if (held.signal.aborted) onLost(); // lost while the command was being started
     const exit = await outcome(c, command[0]!);
     await held.release().catch(() => {

@@ -3,7 +3,10 @@
  * everything it started), told of SIGINT / SIGTERM / SIGHUP that reach leasehold, stopped with
  * SIGTERM then SIGKILL after a grace period. A watchdog (`sh`, reading a pipe from leasehold)
  * stops the group if leasehold itself dies, even by SIGKILL: the command never outlives the
- * process that holds its lease by more than the grace period. Its own session has no
+ * process that holds its lease by more than the grace period. leasehold tells the watchdog, every
+ * `everyMs`, how long its lease is still valid: a leasehold that stops telling (stopped by
+ * SIGSTOP, and so renewing nothing) gets its command stopped when that runs out, before the
+ * lock's next holder can start. Its own session has no
  * controlling terminal (a prompt on /dev/tty fails); Ctrl-Z reaches it through onJobControl.
  */
 import { type ChildProcess, spawn } from 'node:child_process';
@@ -23,14 +26,40 @@ export function exitCodeOf(e: Exit): number {
 
 export const FORWARDED = ['SIGINT', 'SIGTERM', 'SIGHUP'] as const;
 
+/** What the watchdog is told: how long the lease is valid (ms; not finite: no bound), every `everyMs`. */
+export interface Validity {
+  remaining: () => number;
+  everyMs: number;
+}
+
+/**
+ * The watchdog: a line on stdin (seconds the lease is still valid, or `-`) re-arms a timer; the
+ * timer running out, or leasehold's end of the pipe closing (leasehold died), stops the group:
+ * SIGTERM (and SIGCONT, should it be stopped), SIGKILL after the grace period. A timer is a
+ * subshell sleeping in the background; the trap ends its sleep with it when it is re-armed.
+ */
+const WATCHDOG = [
+  'pg=$0; grace=$1; t=',
+  'stop() { kill -TERM "-$pg" 2>/dev/null || exit 0; kill -CONT "-$pg" 2>/dev/null; sleep "$grace"; kill -KILL "-$pg" 2>/dev/null; exit 0; }',
+  'disarm() { if [ -n "$t" ]; then kill "$t" 2>/dev/null; t=; fi; }',
+  'while read s; do',
+  '  disarm',
+  '  if [ "$s" != "-" ]; then ( trap \'kill "$z" 2>/dev/null; exit 0\' TERM; sleep "$s" & z=$!; wait "$z" && stop ) & t=$!; fi',
+  'done',
+  'disarm',
+  'stop',
+].join('\n');
+
 export class Supervised {
   readonly done: Promise<Exit>;
   private readonly child: ChildProcess;
   private watchdog: ChildProcess | null = null;
   private exited = false;
+  private beat: NodeJS.Timeout | null = null;
+  private tell: (() => void) | null = null;
 
   /** Starts `argv`; rejects (via `done`) with ENOENT / EACCES errors as exit 127 / 126. */
-  constructor(argv: readonly string[], env: NodeJS.ProcessEnv, graceMs: number) {
+  constructor(argv: readonly string[], env: NodeJS.ProcessEnv, graceMs: number, validity?: Validity) {
     const [file, ...args] = argv;
     this.child = spawn(file!, args, { stdio: 'inherit', env, detached: process.platform !== 'win32' });
     this.done = new Promise<Exit>((resolve, reject) => {
@@ -51,21 +80,36 @@ export class Supervised {
     });
     this.done.catch(() => {});
     if (this.child.pid !== undefined && process.platform !== 'win32') this.startWatchdog(this.child.pid, graceMs);
+    if (this.watchdog && validity) {
+      const tell = (this.tell = () => {
+        const ms = validity.remaining();
+        this.watchdog?.stdin?.write(Number.isFinite(ms) ? `${(Math.max(0, ms) / 1000).toFixed(3)}\n` : '-\n');
+      });
+      tell();
+      this.beat = setInterval(tell, Math.max(1, validity.everyMs));
+      this.beat.unref();
+    }
   }
 
   get pid(): number | undefined {
     return this.child.pid;
   }
 
-  /** Sends `signal` to the command's process group. */
+  /**
+   * Sends `signal` to the command's process group. A command stopped by leasehold itself (Ctrl-Z)
+   * does nothing while stopped: the watchdog's deadline is off until SIGCONT (then the lease is
+   * checked first, see onJobControl), and re-armed with it.
+   */
   signal(signal: NodeJS.Signals): void {
     if (this.exited || this.child.pid === undefined) return;
+    if (signal === 'SIGSTOP') this.watchdog?.stdin?.write('-\n');
     try {
       if (process.platform === 'win32') this.child.kill(signal);
       else process.kill(-this.child.pid, signal);
     } catch {
       /* already gone */
     }
+    if (signal === 'SIGCONT') this.tell?.();
   }
 
   /** SIGTERM, then SIGKILL after `graceMs` if it is still there; resolves with its exit. */
@@ -115,16 +159,10 @@ export class Supervised {
   private startWatchdog(pid: number, graceMs: number): void {
     const grace = Math.max(1, Math.ceil(graceMs / 1000));
     try {
-      const w = spawn(
-        '/bin/sh',
-        [
-          '-c',
-          'read _ignored; kill -TERM "-$0" 2>/dev/null || exit 0; sleep "$1"; kill -KILL "-$0" 2>/dev/null',
-          String(pid),
-          String(grace),
-        ],
-        { stdio: ['pipe', 'ignore', 'ignore'], detached: true },
-      );
+      const w = spawn('/bin/sh', ['-c', WATCHDOG, String(pid), String(grace)], {
+        stdio: ['pipe', 'ignore', 'ignore'],
+        detached: true,
+      });
       w.on('error', () => {});
       w.stdin!.on('error', () => {});
       w.unref();
@@ -137,9 +175,16 @@ export class Supervised {
 
   /** The command is gone: the watchdog must not signal a group id the system may reuse. */
   private stopWatchdog(): void {
+    if (this.beat) clearInterval(this.beat);
+    this.beat = null;
     const w = this.watchdog;
     this.watchdog = null;
-    if (w && w.exitCode === null) w.kill('SIGKILL');
+    if (!w || w.exitCode !== null || w.pid === undefined) return;
+    try {
+      process.kill(-w.pid, 'SIGKILL'); // its group: the shell and an armed timer with it
+    } catch {
+      w.kill('SIGKILL');
+    }
   }
 }
 
