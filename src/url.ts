@@ -197,7 +197,7 @@ export async function fromUrl(url: string | readonly string[]): Promise<Backend>
           );
           throw connectError(safe, url as string, e);
         }
-        return owning(postgres(pool), () =>
+        return owning(postgres(pool).markOwned(), () =>
           closeWithin(
             () => pool.end(),
             () => {},
@@ -214,9 +214,11 @@ export async function fromUrl(url: string | readonly string[]): Promise<Backend>
         );
         throw connectError(safe, url as string, e);
       }
-      return owning(postgres(sql), () =>
+      const backend = postgres(sql).markOwned();
+      // a server given up at close(): its queries in flight are not waited for (timeout 0)
+      return owning(backend, () =>
         closeWithin(
-          () => sql.end({ timeout: 1 }),
+          () => sql.end({ timeout: backend.gaveUp ? 0 : 1 }),
           () => {},
         ),
       );

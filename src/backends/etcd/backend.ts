@@ -20,7 +20,7 @@ import type {
   ResultStore,
 } from '../../backend.js';
 import { BackendError, ClosedError, InvalidArgumentError } from '../../errors.js';
-import { Cutoff } from './cutoff.js';
+import { Cutoff } from '../../cutoff.js';
 import { Entries, type Entry } from './entries.js';
 import { encodeValue, entriesOf, entryKey, resultKey } from './keys.js';
 import { againTxn, dropTxn, queueTxn, tryTxn } from './txns.js';
@@ -54,7 +54,7 @@ export class EtcdBackend implements Backend {
   private opening: Promise<Session> | null = null;
   private closed = false;
   /** On fromUrl's own client: once close() began, a server that does not answer is given up. */
-  private readonly cutoff = new Cutoff();
+  private readonly cutoff = new Cutoff('etcd: closing: the server did not answer (the lease ends by its TTL)');
 
   constructor(private readonly config: EtcdConfig) {
     this.client = config.client;
@@ -249,7 +249,7 @@ export class EtcdBackend implements Backend {
    * The engine's close begins (releases follow). On a client of our own the lease is revoked at
    * close(), or, with the server out of reach, ends by its TTL as no keep-alive follows: a call
    * (one in flight too: an acquire, a leave, a renewal) that the server does not answer within
-   * CLOSE_GRACE_MS of now gives it up, and no later call waits for it (cutoff.ts). A caller's
+   * CLOSE_GRACE_MS of now gives it up, and no later call waits for it (src/cutoff.ts). A caller's
    * client is left alone (its calls wait as any call: the engine bounds them).
    */
   closing(): void {

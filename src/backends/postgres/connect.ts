@@ -3,6 +3,7 @@
  * transaction pooler), reading the fence epoch of the sequence's current run, and giving a
  * connection back with nothing of ours left on it.
  */
+import type { Cutoff } from '../../cutoff.js';
 import { BackendError, ClosedError, LeaseholdError } from '../../errors.js';
 import { backendError, timed, type Conn, type Db } from './client.js';
 import { BASE_IDLE_S, userTimeout } from './keepalive.js';
@@ -164,6 +165,21 @@ export async function resetAndRelease(conn: Conn, sql: Statements, timeoutMs: nu
   } catch (e) {
     conn.destroy(e);
   }
+}
+
+/**
+ * Gives connections back to the pool with no lock left on them (destroyed when that cannot be
+ * made sure, or once closing our own pool gave the server up: their locks end with them).
+ */
+export async function giveBackAll(
+  conns: readonly (Conn | null)[],
+  sql: Statements,
+  timeoutMs: number,
+  cutoff: Cutoff,
+): Promise<void> {
+  const back = (c: Conn) =>
+    cutoff.gaveUp ? c.destroy() : cutoff.bound(resetAndRelease(c, sql, timeoutMs)).catch(() => c.destroy());
+  await Promise.all(conns.map((c) => (c && !c.closed ? back(c) : null)));
 }
 
 /** The SQLSTATE of a server error (both clients put it in `code`), else undefined. */

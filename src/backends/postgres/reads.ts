@@ -3,6 +3,7 @@
  * state of their own: what inspect shows, and the idempotency results.
  */
 import type { LockInfo, ResultStore } from '../../backend.js';
+import type { Cutoff } from '../../cutoff.js';
 import { backendError, timed, type Conn, type Db } from './client.js';
 import { checkFullKey, lockParts } from './keys.js';
 import type { Statements } from './sql.js';
@@ -65,19 +66,23 @@ export function resultStore(
   timeoutMs: number,
   ready: () => Promise<void>,
   holding: (key: string, token: string) => { readonly conn: Conn; readonly lockKey: string } | undefined,
+  cutoff: Cutoff,
 ): ResultStore {
+  const get = async (lockKey: string): Promise<string | null> => {
+    checkFullKey(lockKey);
+    await ready();
+    return readResult(db, sql, timeoutMs, lockKey);
+  };
+  /** Stores only while `token` holds `lockKey`: checked here and by the server (pg_locks). */
+  const put = async (lockKey: string, token: string, value: string, ttlMs: number): Promise<boolean> => {
+    const h = holding(lockKey, token);
+    if (!h) return false;
+    return writeResult(h.conn, sql, timeoutMs, { key: lockKey, lockKey: h.lockKey, value, ttlMs });
+  };
+  // bounded once close() began on our own pool (src/cutoff.ts)
   return {
-    async get(lockKey: string): Promise<string | null> {
-      checkFullKey(lockKey);
-      await ready();
-      return readResult(db, sql, timeoutMs, lockKey);
-    },
-    /** Stores only while `token` holds `lockKey`: checked here and by the server (pg_locks). */
-    async put(lockKey: string, token: string, value: string, ttlMs: number): Promise<boolean> {
-      const h = holding(lockKey, token);
-      if (!h) return false;
-      return writeResult(h.conn, sql, timeoutMs, { key: lockKey, lockKey: h.lockKey, value, ttlMs });
-    },
+    get: (lockKey) => cutoff.bound(get(lockKey)),
+    put: (lockKey, token, value, ttlMs) => cutoff.bound(put(lockKey, token, value, ttlMs)),
   };
 }
 

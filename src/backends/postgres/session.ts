@@ -29,9 +29,10 @@ import type {
   ResultStore,
 } from '../../backend.js';
 import { inspect } from 'node:util';
+import { Cutoff } from '../../cutoff.js';
 import { ClosedError, InvalidArgumentError } from '../../errors.js';
 import { backendError, timed, type Conn, type Db, type Row } from './client.js';
-import { Dedicated, remember, resetAndRelease } from './connect.js';
+import { Dedicated, giveBackAll, remember } from './connect.js';
 import { HolderRows } from './holders.js';
 import { Keepalives } from './keepalive.js';
 import { checkFullKey, checkText } from './keys.js';
@@ -82,6 +83,10 @@ export class PostgresBackend implements Backend {
   /** The tables (checked on first use) and the fence epochs read from them. */
   private readonly schema: Schema;
   private closed = false;
+  /** On fromUrl's own pool: once close() began, a server that does not answer is given up. */
+  private readonly cutoff = new Cutoff(
+    'postgres: closing: the server did not answer (its locks end with the connection)',
+  );
 
   constructor(private readonly config: SessionConfig) {
     this.db = config.db;
@@ -138,7 +143,8 @@ export class PostgresBackend implements Backend {
       track,
     });
     const ready = () => this.ensureSchema();
-    this.results = resultStore(config.db, this.sql, config.timeoutMs, ready, (k, t) => this.leases.holding(k, t));
+    const holding = (k: string, t: string) => this.leases.holding(k, t);
+    this.results = resultStore(config.db, this.sql, config.timeoutMs, ready, holding, this.cutoff);
   }
 
   /** A holder value is Postgres text: no NUL (its row could not be written). */
@@ -156,7 +162,7 @@ export class PostgresBackend implements Backend {
     }
     if (request.value !== undefined) this.checkValue(request.value, 'acquire: value');
     this.assertOpen();
-    const p = this.attempt(key, request, performance.now());
+    const p = this.cutoff.bound(this.attempt(key, request, performance.now()));
     this.track(p);
     return p;
   }
@@ -259,16 +265,16 @@ export class PostgresBackend implements Backend {
 
   /** The liveness probe: one statement per session connection, whatever the number of leases. */
   extend(items: readonly ExtendItem[]): Promise<boolean[]> {
-    return this.leases.extend(items);
+    return this.cutoff.bound(this.leases.extend(items));
   }
 
   release(key: string, token: string): Promise<boolean> {
-    return this.leases.release(key, token);
+    return this.cutoff.bound(this.leases.release(key, token));
   }
 
   /** runExclusive's window (leases.ts): a row with an expiry, then the live lock is let go. */
   keep(key: string, token: string, ms: number): Promise<boolean> {
-    return this.leases.keep(key, token, ms);
+    return this.cutoff.bound(this.leases.keep(key, token, ms));
   }
 
   /** Until the next attempt (wake.ts): the server's queue, a NOTIFY, or a poll. */
@@ -283,7 +289,7 @@ export class PostgresBackend implements Backend {
     this.assertOpen();
     await this.ensureSchema();
     try {
-      return await this.watches.watch(key, onChange);
+      return await this.cutoff.bound(this.watches.watch(key, onChange));
     } catch (e) {
       throw backendError(e, 'watch');
     }
@@ -292,9 +298,8 @@ export class PostgresBackend implements Backend {
   async inspect(key: string): Promise<LockInfo | null> {
     checkFullKey(key);
     this.assertOpen();
-    await this.ensureSchema();
-    await this.written(); // what this backend granted shows
-    return inspectKey(this.db, this.sql, this.config.timeoutMs, key);
+    const shown = this.ensureSchema().then(() => this.written()); // what this backend granted shows
+    return this.cutoff.bound(shown.then(() => inspectKey(this.db, this.sql, this.config.timeoutMs, key)));
   }
 
   onLost(cb: LostCallback): void {
@@ -316,6 +321,26 @@ export class PostgresBackend implements Backend {
     }
   }
 
+  /** @internal fromUrl made the pool (and ends it after close()): see closing(). */
+  markOwned(): this {
+    this.cutoff.owned = true;
+    return this;
+  }
+
+  /** @internal close() gave the server up (fromUrl then ends its client without waiting). */
+  get gaveUp(): boolean {
+    return this.cutoff.gaveUp;
+  }
+
+  /**
+   * The engine's close begins. On our own pool (its connections, and their locks, end with
+   * close()) a call the server leaves unanswered CLOSE_GRACE_MS gives it up: no later call waits,
+   * close() destroys the connections (src/cutoff.ts). A caller's pool is left alone.
+   */
+  closing(): void {
+    if (!this.closed) this.cutoff.begin();
+  }
+
   /**
    * Stops acquiring, ends waiting and watching, lets go of anything still held (the engine
    * released its leases first; windows live in rows) and gives the connections back.
@@ -323,13 +348,15 @@ export class PostgresBackend implements Backend {
   async close(): Promise<void> {
     if (this.closed) return;
     this.closed = true;
+    const { cutoff } = this;
     this.watches.close();
-    await this.notifier.close();
+    await cutoff.bound(this.notifier.close()).catch(() => {});
     this.rows.clear();
     this.queue.cancelAll();
-    await Promise.allSettled([...this.pending]);
-    for (const h of [...this.leases.held.values()]) if (h.state === 'held') await this.leases.unlock(h);
-    await Promise.allSettled([...this.pending]);
+    await cutoff.bound(Promise.allSettled([...this.pending])).catch(() => {});
+    for (const h of [...this.leases.held.values()])
+      if (h.state === 'held' && !cutoff.gaveUp) await cutoff.bound(this.leases.unlock(h)).catch(() => {});
+    await cutoff.bound(Promise.allSettled([...this.pending])).catch(() => {});
     await this.giveBack();
   }
 
@@ -363,14 +390,10 @@ export class PostgresBackend implements Backend {
     this.dedicated.maybeIdle();
   }
 
-  /** Back to the pool, with no lock left on it (or destroyed when that cannot be made sure). */
-  private async giveBack(): Promise<void> {
-    const conn = this.dedicated.take();
-    const spares = this.queue.takeSpares();
-    const { sql, config } = this;
-    await Promise.all(
-      [conn, ...spares].map((c) => (c && !c.closed ? resetAndRelease(c, sql, config.timeoutMs) : null)),
-    );
+  /** Back to the pool, with no lock left on it (connect.ts: giveBackAll). */
+  private giveBack(): Promise<void> {
+    const conns = [this.dedicated.take(), ...this.queue.takeSpares()];
+    return giveBackAll(conns, this.sql, this.config.timeoutMs, this.cutoff);
   }
 
   private track(p: Promise<unknown>): void {

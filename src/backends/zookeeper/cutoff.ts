@@ -6,10 +6,8 @@
  * every call still waiting (CONNECTION_LOSS) and every later one. A caller's client is never cut
  * off: its session outlives close(), and so must the deletions of our nodes on it.
  */
+import { CLOSE_GRACE_MS } from '../../cutoff.js';
 import { CONNECTION_LOSS } from './protocol.js';
-
-/** How long the server may stay silent, while close() waits on it, before it is given up. */
-export const CLOSE_GRACE_MS = 1000;
 
 export const cutOffError = (): Error =>
   Object.assign(new Error('closing: the server did not answer'), { code: CONNECTION_LOSS });

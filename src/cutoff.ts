@@ -1,23 +1,22 @@
 /**
- * The etcd driver's close cutoff, on a client of leasehold's own (fromUrl) only. `Locks.close()`
- * calls the driver's `closing()` first; from then on a call that etcd does not answer within
- * CLOSE_GRACE_MS gives the server up, and no later call waits for it: the backend's lease, no
- * longer kept alive, ends by its TTL, and every entry of ours goes with it. A call already in
- * flight when close began (an acquire, a waiter's leave, a renewal) is bounded the same way,
- * counted from `closing()`: the engine waits for each until it settles, so one left unbounded kept
- * close() waiting its `opTimeout`. A caller's client is left alone (its session outlives close()).
+ * A session backend's close cutoff, on a client of leasehold's own (fromUrl) only: etcd (its
+ * lease ends by its TTL) and Postgres (its advisory locks end with its connections). `Locks.close()`
+ * calls the driver's `closing()` first; from then on a call that the server does not answer
+ * within CLOSE_GRACE_MS gives the server up, and no later call waits for it: what the backend
+ * holds ends with its session. A call already in flight when close began (an acquire, a waiter's
+ * leave, a renewal) is bounded the same way, counted from `closing()`: the engine waits for each
+ * until it settles, so one left unbounded kept close() waiting its `opTimeout`. A caller's client
+ * is left alone (its session outlives close()).
  */
-import { BackendError } from '../../errors.js';
-import { race } from '../../wait.js';
+import { BackendError } from './errors.js';
+import { race } from './wait.js';
 
 /**
  * After close() began on a client of our own: how long one call (a release, the revoke, an
  * acquire in flight) may wait for a server that does not answer before the server is given up
- * (ZooKeeper's CLOSE_GRACE_MS).
+ * (ZooKeeper's too).
  */
 export const CLOSE_GRACE_MS = 1000;
-
-const gaveUp = () => new BackendError('etcd: closing: the server did not answer (the lease ends by its TTL)');
 
 /** A call in flight before close began: `bound` gives it CLOSE_GRACE_MS from then. */
 interface InFlight {
@@ -33,6 +32,14 @@ export class Cutoff {
   private cut = false;
   /** Calls on our own client not settled yet, bounded once close begins. */
   private readonly inFlight = new Set<InFlight>();
+
+  /** `message`: the error of a call given up (what ends the backend's locks, for the reader). */
+  constructor(private readonly message: string) {}
+
+  /** The server was given up during close(): nothing waits for it any more. */
+  get gaveUp(): boolean {
+    return this.cut;
+  }
 
   /** close() begins (the driver's `closing()`): the calls in flight are bounded from now. */
   begin(): void {
@@ -68,13 +75,13 @@ export class Cutoff {
   private grace<T>(p: Promise<T>): Promise<T> {
     if (this.cut) {
       p.catch(() => {}); // sent anyway: a server back in time still acts on it
-      return Promise.reject(gaveUp());
+      return Promise.reject(new BackendError(this.message));
     }
     return race(p, {
       ms: CLOSE_GRACE_MS,
       onTimeout: () => {
         this.cut = true;
-        return gaveUp();
+        return new BackendError(this.message);
       },
     });
   }
