@@ -7,9 +7,10 @@
  */
 import { randomUUID } from 'node:crypto';
 import { afterAll, describe, expect, test } from 'vitest';
-import { createLocks, type Locks } from '../../src/index.js';
-import { advisoryKey, lockParts, migrate, postgres } from '../../src/backends/postgres/index.js';
+import { createLocks } from '../../src/index.js';
+import { migrate, postgres } from '../../src/backends/postgres/index.js';
 import { KINDS, Pg, PG_URL, type ClientKind } from './support.js';
+import { queuedPid, windowAgainstQueued } from './window.js';
 import postgresJs from 'postgres';
 
 const env = new Pg();
@@ -21,58 +22,10 @@ afterAll(async () => {
 
 const uid = () => randomUUID().slice(0, 8);
 
-/** The server pid waiting (not granted) for the lock of `fullKey` in `schema`, polled for ≤ 5 s. */
-async function queuedPid(fullKey: string, schema = 'public'): Promise<number> {
-  const { classid, objid } = lockParts(advisoryKey(fullKey, schema));
-  const admin = await env.admin();
-  const until = performance.now() + 5000;
-  for (;;) {
-    const r = await admin.query(
-      `select pid from pg_locks where locktype = 'advisory' and classid = $1::int8::oid
-        and objid = $2::int8::oid and objsubid = 1 and not granted`,
-      [classid, objid],
-    );
-    if (r.rows[0]) return Number(r.rows[0].pid);
-    if (performance.now() > until) throw new Error(`nobody waits for ${fullKey}`);
-    await new Promise((r) => setTimeout(r, 10));
-  }
-}
-
 /** The last statement a server session ran (pg_stat_activity). */
 async function lastStatement(pid: number): Promise<string> {
   const r = await (await env.admin()).query('select query from pg_stat_activity where pid = $1::int4', [pid]);
   return String(r.rows[0]?.query);
-}
-
-/**
- * `a` runs a job with a 3 s lockAtLeastFor window while `b` waits for the key in the server's
- * queue: `b` must get it only after the window. Returns the waiter's server pid.
- */
-async function windowAgainstQueued(a: Locks, b: Locks, fullKey: string, schema?: string): Promise<number> {
-  let finish!: () => void;
-  const gate = new Promise<void>((r) => (finish = r));
-  let started!: () => void;
-  const inside = new Promise<void>((r) => (started = r));
-  const t0 = performance.now();
-  const ran = a.runExclusive(
-    'job',
-    async () => {
-      started();
-      await gate;
-      return 'ran';
-    },
-    { lockAtLeastFor: '3s', lockAtMostFor: '1m' },
-  );
-  await inside;
-  const waiting = b.acquire('job', { wait: '20s' });
-  waiting.catch(() => {}); // awaited below
-  const pid = await queuedPid(fullKey, schema);
-  finish();
-  expect(await ran).toEqual({ ran: true, value: 'ran' });
-  const lease = await waiting;
-  expect(performance.now() - t0).toBeGreaterThanOrEqual(2950);
-  await lease.release();
-  return pid;
 }
 
 /** A client of `kind` whose sessions run every transaction under REPEATABLE READ. */
@@ -108,7 +61,7 @@ describe.each(KINDS)('%s', (kind) => {
       const first = await a.acquire('k');
       const waiting = b.acquire('k', { wait: '10s' });
       waiting.catch(() => {}); // awaited below
-      const pid = await queuedPid(`${prefix}:k`);
+      const pid = await queuedPid(env, `${prefix}:k`);
       await first.release();
       const second = await waiting;
       expect(second.fence > first.fence).toBe(true);
@@ -117,7 +70,7 @@ describe.each(KINDS)('%s', (kind) => {
       expect(await lastStatement(pid)).toContain('pg_advisory_lock($1::int8)');
       await second.release();
       // and a window is still seen from the queue (the test of window-wait.test.ts, pid checked)
-      const w = await windowAgainstQueued(a, b, `${prefix}:job`);
+      const w = await windowAgainstQueued(env, a, b, `${prefix}:job`);
       expect(await lastStatement(w)).toContain('leasehold_after_wait(');
     } finally {
       await Promise.all([a.close(), b.close()]);
@@ -130,7 +83,7 @@ describe.each(KINDS)('%s', (kind) => {
     const a = createLocks(postgres(await repeatableRead(kind), { schema }), { prefix, ttl: '30s' });
     const b = createLocks(postgres(await repeatableRead(kind), { schema }), { prefix, ttl: '30s' });
     try {
-      await windowAgainstQueued(a, b, `${prefix}:job`, schema);
+      await windowAgainstQueued(env, a, b, `${prefix}:job`, schema);
     } finally {
       await Promise.all([a.close(), b.close()]);
       await (await env.admin()).query(`DROP SCHEMA "${schema}" CASCADE`);
@@ -149,8 +102,8 @@ describe.each(KINDS)('%s', (kind) => {
       const prefix = `lh-${uid()}`;
       const a = createLocks(postgres(ca, { schema, migrate: false }), { prefix, ttl: '30s' });
       const b = createLocks(postgres(cb, { schema, migrate: false }), { prefix, ttl: '30s' });
-      await windowAgainstQueued(a, b, `${prefix}:job`, schema);
-      await windowAgainstQueued(b, a, `${prefix}:job`, schema);
+      await windowAgainstQueued(env, a, b, `${prefix}:job`, schema);
+      await windowAgainstQueued(env, b, a, `${prefix}:job`, schema);
       await Promise.all([a.close(), b.close()]);
       expect(await hasFunction(schema)).toBe(false);
       // first use of a backend that may migrate: created
@@ -188,7 +141,7 @@ describe.each(KINDS)('%s', (kind) => {
       const a = await A.acquire('k');
       const waiting = B.acquire('k', { wait: '10s' });
       waiting.catch(() => {}); // awaited below
-      await queuedPid('q:k', schema);
+      await queuedPid(env, 'q:k', schema);
       await (await env.admin()).query(`DROP SEQUENCE "${schema}".leasehold_fence_seq`);
       await migrate(ca, { schema });
       await a.release();

@@ -7,6 +7,7 @@ import { randomUUID } from 'node:crypto';
 import { afterAll, describe, expect, test } from 'vitest';
 import { createLocks } from '../../src/index.js';
 import { KINDS, Pg } from './support.js';
+import { windowAgainstQueued } from './window.js';
 
 const env = new Pg();
 afterAll(() => env.closeAll());
@@ -18,34 +19,8 @@ describe.each(KINDS)('%s', (kind) => {
     const prefix = `lh-${uid()}`;
     const a = createLocks(await env.backend(kind), { prefix, ttl: '30s' });
     const b = createLocks(await env.backend(kind), { prefix, ttl: '30s' });
-    let finish!: () => void;
-    const gate = new Promise<void>((r) => (finish = r));
-    let started!: () => void;
-    const inside = new Promise<void>((r) => (started = r));
-    const t0 = performance.now();
-    const ran = a.runExclusive(
-      'job',
-      async () => {
-        started();
-        await gate;
-        return 'ran';
-      },
-      { lockAtLeastFor: '3s', lockAtMostFor: '1m' },
-    );
-    await inside;
-    const waiting = b.acquire('job', { wait: '20s' });
-    waiting.catch(() => {}); // awaited below
-    // b's attempt was refused and it now waits in the server's lock queue
-    expect(await env.waiter(`${prefix}:job`)).toBeDefined();
-    finish();
-    // a stored its window (until ≥ t0 + 3 s) and let go of the live lock: b's wait is granted now
-    expect(await ran).toEqual({ ran: true, value: 'ran' });
-    const lease = await waiting;
-    const at = performance.now() - t0;
-    console.log(`[${kind}] the queued caller got the key ${at.toFixed(0)} ms after the window began (3000 ms)`);
-    expect(at).toBeGreaterThanOrEqual(2950);
-    expect(lease.held).toBe(true);
-    await lease.release();
+    // b waits in the server's queue while a's job runs; b gets the key only after a's 3 s window
+    await windowAgainstQueued(env, a, b, `${prefix}:job`);
     // the queue still works after a window: a second waiter is handed the key on release
     const first = await b.acquire('job');
     const next = a.acquire('job', { wait: '10s' });
