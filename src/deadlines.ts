@@ -7,6 +7,13 @@
  *
  * The timer is ref'd while any deadline is pending (a call whose client never answers keeps the
  * process alive until its bound rejects it, as a `setTimeout` would), unref'd otherwise.
+ *
+ * Deadlines fire one turn of the event loop after their timer, from `setImmediate`: Node runs the
+ * timers that fell due while the loop was blocked (a long synchronous task, a GC pause) before it
+ * reads the sockets, so an answer that arrived during the stall, before its call's bound, would
+ * otherwise be timed out while it waits to be read (a renewal given up, its lease lost and
+ * released, though the server had renewed it). The deferred tick looks at the lists again: a call
+ * whose answer was read meanwhile has left them.
  */
 const now = (): number => performance.now();
 
@@ -36,7 +43,17 @@ class Deadlines {
   private timer: NodeJS.Timeout | null = null;
   private timerAt = Infinity;
   private count = 0;
-  private readonly onTimer = () => this.tick();
+  /** The deferred tick (see the header): pending between the timer and the next check phase. */
+  private immediate: NodeJS.Immediate | null = null;
+  private readonly onTimer = () => {
+    this.timer = null;
+    this.timerAt = Infinity;
+    this.immediate ??= setImmediate(this.onImmediate);
+  };
+  private readonly onImmediate = () => {
+    this.immediate = null;
+    this.tick();
+  };
 
   /** Schedules `t` to fire after `ms` (0 … 2^31-1; it must not be scheduled already). */
   add(t: Timed, ms: number): void {
@@ -75,8 +92,6 @@ class Deadlines {
   }
 
   private tick(): void {
-    this.timer = null;
-    this.timerAt = Infinity;
     const t = now();
     const due: Timed[] = [];
     for (const [bound, l] of this.lists) {

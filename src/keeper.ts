@@ -45,6 +45,24 @@ export class Keeper {
   private readonly groups = new Map<string, Group>();
   private timer: NodeJS.Timeout | null = null;
   private timerAt = Infinity;
+  /**
+   * The tick, deferred from the timer to the next check phase: after a stall, Node runs the timers
+   * that fell due before it reads the sockets, and a renewal's answer that arrived meanwhile must
+   * be read before its lease is judged expired (as the deadlines of src/deadlines.ts do).
+   */
+  private immediate: NodeJS.Immediate | null = null;
+  private readonly onTimer = () => {
+    this.timer = null;
+    this.timerAt = Infinity;
+    if (this.immediate) return;
+    // ref'd: an unref'd immediate waits for whatever wakes the loop next (it does not make the
+    // poll phase return at once); it runs in this turn of the loop, so it never keeps a process up
+    this.immediate = setImmediate(this.onImmediate);
+  };
+  private readonly onImmediate = () => {
+    this.immediate = null;
+    if (!this.stopped) this.tick();
+  };
   private stopped = false;
   private seq = 0;
   /** Renewal calls in flight, per-lease and per-session (not yet settled or given up). */
@@ -110,7 +128,9 @@ export class Keeper {
   stop(): void {
     this.stopped = true;
     if (this.timer) clearTimeout(this.timer);
+    if (this.immediate) clearImmediate(this.immediate);
     this.timer = null;
+    this.immediate = null;
     this.timerAt = Infinity;
   }
 
@@ -156,7 +176,7 @@ export class Keeper {
     if (this.timer) clearTimeout(this.timer);
     this.timerAt = at;
     // +1: a timer may fire up to a millisecond before performance.now() reaches `at`
-    this.timer = setTimeout(() => this.tick(), Math.max(0, Math.ceil(at - now()) + 1));
+    this.timer = setTimeout(this.onTimer, Math.max(0, Math.ceil(at - now()) + 1));
     this.timer.unref();
   }
 
@@ -171,8 +191,6 @@ export class Keeper {
   }
 
   private tick(): void {
-    this.timer = null;
-    this.timerAt = Infinity;
     const t = now();
     const busy = this.inFlight;
     const due: LeaseImpl[] = [];
