@@ -25,7 +25,10 @@ export interface Lease extends AsyncDisposable {
   remaining(): number;
   /** Token-checked extension (to `ttl`, default the lease's TTL). Throws LeaseLostError if lost. */
   extend(ttl?: Duration): Promise<void>;
-  /** Token-checked release. False if the lease was no longer ours; never retries a lost lease. */
+  /**
+   * Token-checked release. False if the lease was no longer ours; never retries a lost lease. A
+   * release that threw (its call failed: the lock may still be ours) is sent again by the next call.
+   */
   release(): Promise<boolean>;
 }
 
@@ -116,6 +119,8 @@ export class LeaseImpl implements Lease {
   #lostError: LeaseLostError | null = null;
   /** The ttl of an extend() in flight that shortened the expiry (0: none). */
   #shortening = 0;
+  /** The last release call failed (its outcome unknown): a later release() sends it again. */
+  #releaseFailed = false;
 
   /** Private (not an own property): a deep walk of a lease never reaches the Locks or its clients. */
   readonly #host: LeaseHost;
@@ -340,26 +345,38 @@ export class LeaseImpl implements Lease {
   }
 
   async release(): Promise<boolean> {
+    // a release whose call failed (its outcome unknown): the lock may still be ours, so it is tried
+    // again, token-checked, rather than answered false ("no longer ours") without a call
+    if (this.#state === 'released' && this.#releaseFailed) return this.#release();
     this.#checkExpiry(); // one that ran out during a stall is lost (LeaseLostError), not released
     if (this.#state !== 'held') return false;
     this.#state = 'released';
     this.#host.untrack(this);
     this.#ctrl?.abort();
+    try {
+      return await this.#release();
+    } finally {
+      this.#host.settled(this); // once: a retry of a failed release settles nothing more
+    }
+  }
+
+  /** The token-checked release call; `#releaseFailed` says whether it must be tried again. */
+  async #release(): Promise<boolean> {
     const { backend, calls } = this.#host;
     try {
       const released = await calls.run('release', () => backend.release(this.fullKey, this.#token), {
         key: this.key,
         secrets: [this.#token],
       });
+      this.#releaseFailed = false;
       if (channels.release.hasSubscribers) {
         emit(channels.release, { backend: backend.name, key: this.key, fence: this.fence, released });
       }
       return released;
     } catch (e) {
+      this.#releaseFailed = true;
       emit(channels.release, { backend: backend.name, key: this.key, fence: this.fence, released: false, error: e });
       throw e;
-    } finally {
-      this.#host.settled(this);
     }
   }
 
