@@ -186,7 +186,7 @@ export class RedisBackend implements Backend {
       const g = this.handedOver(key, req);
       if (g) return g;
     }
-    const wakes = queue ? this.wakeups.before(lock) : 0;
+    const wakes = queue ? this.wakeups.before(lock, token) : 0;
     let r: unknown;
     let replied = false;
     const sentAt = now();
@@ -219,7 +219,7 @@ export class RedisBackend implements Backend {
       if (r instanceof Error) throw r;
       replied = true;
     } catch (e) {
-      if (queue) this.wakeups.forget(lock);
+      if (queue) this.wakeups.forget(lock, token);
       throw e;
     } finally {
       // no reply to the creator: its key may exist or not, and may still be created by the
@@ -228,7 +228,7 @@ export class RedisBackend implements Backend {
     }
     if (s && r === 'gone') {
       // the session lapsed (a pause, an eviction): its leases are lost; a new one takes this lease
-      if (queue) this.wakeups.forget(lock);
+      if (queue) this.wakeups.forget(lock, token);
       sessions!.ended(s);
       if (retried)
         throw markTransient(new BackendError('redis: a new session key lapsed at once (is the server evicting keys?)'));
@@ -236,7 +236,7 @@ export class RedisBackend implements Backend {
     }
     if (s) sessions!.confirm(s, sentAt);
     if (typeof r === 'string') {
-      if (queue) this.wakeups.forget(lock);
+      if (queue) this.wakeups.forget(lock, token);
       if (!s) return { fence: BigInt(r) };
       sessions!.bind(key, token, s, sentAt);
       return { fence: BigInt(r), session: s.key };
@@ -261,7 +261,7 @@ export class RedisBackend implements Backend {
     if (!h) return null;
     const until = h.from + this.cfg.claimMs - driftMs(this.cfg.claimMs);
     if (until - now() <= this.cfg.claimMs / 2) return null;
-    this.wakeups.forget(lock);
+    this.wakeups.forget(lock, req.token);
     return { fence: BigInt(h.fence), expiresAt: until };
   }
 
@@ -305,7 +305,7 @@ export class RedisBackend implements Backend {
 
   async leave(key: string, token: string): Promise<void> {
     const k = redisKeys(key);
-    this.wakeups.forget(k.lock);
+    this.wakeups.forget(k.lock, token);
     const [r] = await this.adapter.run([
       {
         script: LEAVE,

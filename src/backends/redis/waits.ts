@@ -22,12 +22,22 @@ export class KeyedWaits {
   private readonly refusals = new Map<string, Refusal>();
   /** Wake-ups received per lock key, while one of this backend's calls waits on it. */
   private readonly wakes = new Map<string, number>();
+  /**
+   * Per lock key: the waiters (by token) that said who they are. Several may wait on one key
+   * through one backend (two Locks on it): one that is done must not deafen the others.
+   */
+  private readonly owners = new Map<string, Set<string>>();
 
   /**
-   * Before a queued attempt is sent: counts wake-ups for `key` from now on and returns how many
-   * it has had.
+   * Before a queued attempt of waiter `who` is sent: counts wake-ups for `key` from now on and
+   * returns how many it has had.
    */
-  before(key: string): number {
+  before(key: string, who?: string): number {
+    if (who !== undefined) {
+      const set = this.owners.get(key);
+      if (set) set.add(who);
+      else this.owners.set(key, new Set([who]));
+    }
     const n = this.wakes.get(key);
     if (n !== undefined) return n;
     this.wakes.set(key, 0);
@@ -38,10 +48,20 @@ export class KeyedWaits {
     this.refusals.set(key, { wakes, hintMs });
   }
 
-  /** The waiter on `key` got the lock, gave up, or failed. */
-  forget(key: string): void {
+  /**
+   * The waiter `who` on `key` got the lock, gave up, or failed (no `who`: every waiter on it).
+   * True when no other waiter of this backend waits on `key`: its state is gone.
+   */
+  forget(key: string, who?: string): boolean {
+    const set = this.owners.get(key);
+    if (set && who !== undefined) {
+      set.delete(who);
+      if (set.size > 0) return false; // another waiter still counts on the key's wake-ups
+    }
+    this.owners.delete(key);
     this.refusals.delete(key);
     this.wakes.delete(key);
+    return true;
   }
 
   /** Whether one of this backend's calls waits on `key` (a wake-up for it means something). */
@@ -78,6 +98,7 @@ export class KeyedWaits {
   close(): void {
     for (const set of [...this.waiters.values()]) for (const w of [...set]) w.done();
     this.waiters.clear();
+    this.owners.clear();
   }
 }
 

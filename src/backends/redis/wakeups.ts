@@ -46,8 +46,8 @@ export class Wakeups {
    * Before a queued attempt is sent: counts wake-ups for `key` from now on (a wake-up may
    * overtake the attempt's reply) and returns how many it has had.
    */
-  before(key: string): number {
-    return this.waits.before(key);
+  before(key: string, token?: string): number {
+    return this.waits.before(key, token);
   }
 
   /**
@@ -61,11 +61,15 @@ export class Wakeups {
     this.refusals.set(key, { sentAt, serverUs, token, hash });
   }
 
-  /** The waiter on `key` got the lock, gave up, or failed. */
-  forget(key: string): void {
-    this.waits.forget(key);
-    this.handed.delete(key);
-    this.refusals.delete(key);
+  /**
+   * The waiter `token` on `key` got the lock, gave up, or failed. Another waiter of this backend
+   * on the key (another Locks') keeps hearing its hand-overs.
+   */
+  forget(key: string, token?: string): void {
+    if (this.waits.forget(key, token)) {
+      this.handed.delete(key);
+      this.refusals.delete(key);
+    } else if (this.refusals.get(key)?.token === token) this.refusals.delete(key);
   }
 
   /**
