@@ -14,6 +14,13 @@ interface Channel {
 
 export class Watchers {
   private readonly channels = new Map<string, Channel>();
+  /**
+   * Channels whose UNSUBSCRIBE is on its way: a new watch subscribes once it is done. node-redis
+   * drops a channel's listeners when the UNSUBSCRIBE's reply comes, the ones a SUBSCRIBE added
+   * in the meantime included (that SUBSCRIBE it does not even send: the channel still looks
+   * subscribed), so such a watch would resolve and hear nothing.
+   */
+  private readonly leaving = new Map<string, Promise<void>>();
 
   constructor(
     private readonly adapter: RedisAdapter,
@@ -25,9 +32,13 @@ export class Watchers {
     let ch = this.channels.get(channel);
     if (!ch) {
       const c: Channel = { listeners: new Set(), ready: Promise.resolve(), linger: null };
-      c.ready = this.adapter.subscribe(channel, () => {
+      const listener = () => {
         for (const l of [...c.listeners]) l();
-      });
+      };
+      const left = this.leaving.get(channel);
+      c.ready = left
+        ? left.then(() => this.adapter.subscribe(channel, listener))
+        : this.adapter.subscribe(channel, listener);
       c.ready.catch(() => {
         if (this.channels.get(channel) === c) this.channels.delete(channel); // the next watch retries
       });
@@ -54,7 +65,13 @@ export class Watchers {
     ch.linger = setTimeout(() => {
       if (this.channels.get(channel) !== ch || ch.listeners.size > 0) return;
       this.channels.delete(channel);
-      void this.adapter.unsubscribe(channel).catch(() => {});
+      const done: Promise<void> = this.adapter
+        .unsubscribe(channel)
+        .catch(() => {})
+        .then(() => {
+          if (this.leaving.get(channel) === done) this.leaving.delete(channel);
+        });
+      this.leaving.set(channel, done);
     }, this.lingerMs);
     ch.linger.unref();
   }
