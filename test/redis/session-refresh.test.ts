@@ -4,9 +4,9 @@
  */
 import { randomUUID } from 'node:crypto';
 import { afterAll, afterEach, describe, expect, test } from 'vitest';
-import { adapt, RedisBackend } from '../../src/backends/redis/index.js';
 import { createLocks, type Locks } from '../../src/index.js';
 import { Clients } from '../support/redis.js';
+import { shortPx } from '../support/redis-session.js';
 
 const clients = new Clients();
 const open: Locks[] = [];
@@ -17,17 +17,6 @@ afterEach(async () => {
 afterAll(() => clients.closeAll());
 
 const lockKey = (key: string) => `{${prefix}:${key}}`;
-
-/** A session-mode backend whose locks' long PX is at least `lockPxMinMs` (not 10 min). */
-const shortPx = (client: unknown, lockPxMinMs: number) =>
-  new RedisBackend(adapt(client), {
-    lingerMs: 2000,
-    placeMs: 3000,
-    fenceIdleMs: 86_400_000,
-    claimMs: 500,
-    session: true,
-    lockPxMinMs,
-  });
 
 describe('redis session mode: lock refresh', () => {
   test("a lease of a long TTL granted first does not hold back the refresh of a shorter TTL's lock", async () => {

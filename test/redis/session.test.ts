@@ -11,12 +11,13 @@ import { randomBytes, randomUUID } from 'node:crypto';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import { afterAll, afterEach, describe, expect, test } from 'vitest';
-import { adapt, redis, RedisBackend } from '../../src/backends/redis/index.js';
+import { redis, type RedisBackend } from '../../src/backends/redis/index.js';
 import { REFRESH_MANY } from '../../src/backends/redis/scripts.js';
 import { BackendError } from '../../src/errors.js';
 import { Cluster } from 'ioredis';
 import { createLocks, InvalidArgumentError, LeaseLostError, type Lease, type Locks } from '../../src/index.js';
 import { Clients, REDIS_URL } from '../support/redis.js';
+import { shortPx } from '../support/redis-session.js';
 
 const CHILD = fileURLToPath(new URL('./session-child.ts', import.meta.url));
 const clients = new Clients();
@@ -64,20 +65,6 @@ function child(...args: string[]) {
 }
 
 const lockKey = (key: string) => `{${prefix}:${key}}`;
-
-/**
- * A session-mode backend whose locks' long PX is `lockPxMinMs` (not 10 min): their refresh is due
- * after a third of it. `client` may carry a keyPrefix.
- */
-const shortPx = (client: unknown, lockPxMinMs: number) =>
-  new RedisBackend(adapt(client), {
-    lingerMs: 2000,
-    placeMs: 3000,
-    fenceIdleMs: 86_400_000,
-    claimMs: 500,
-    session: true,
-    lockPxMinMs,
-  });
 
 /**
  * Records, per round trip of `backend`, whether it carried a lock refresh; while `fail()` says
