@@ -174,3 +174,28 @@ describe('ioredis: a lone command leaves at once; commands of a busy tick leave 
     }
   });
 });
+
+describe.each([2, 3])('a node-redis client that maps strings to Buffers (RESP%i)', (resp) => {
+  test('grants, refuses, inspects, lists and releases as a plain client does', async () => {
+    const { createClient, RESP_TYPES } = await import('redis');
+    const base = createClient({ url: REDIS_URL, RESP: resp, socket: { reconnectStrategy: false } } as never) as any;
+    base.on('error', () => {});
+    await base.connect();
+    const c = base.withTypeMapping({ [RESP_TYPES.BLOB_STRING]: Buffer });
+    const locks = createLocks(redis(c), { prefix: `${prefix}-buf${resp}`, ttl: '5s' });
+    try {
+      const lease = await locks.tryAcquire('job', { value: 'v1' });
+      expect(lease).not.toBeNull(); // granted on the server: the fence came back as a Buffer
+      expect(await locks.tryAcquire('job')).toBeNull();
+      expect(await locks.inspect('job')).toMatchObject({ fence: lease!.fence, value: 'v1' });
+      const listed = [];
+      for await (const l of locks.list('')) listed.push(l);
+      expect(listed).toMatchObject([{ key: 'job', fence: lease!.fence, value: 'v1' }]);
+      expect(await lease!.release()).toBe(true);
+      expect(await locks.inspect('job')).toBeNull();
+    } finally {
+      await locks.close();
+      await base.close();
+    }
+  });
+});

@@ -16,6 +16,17 @@ import {
   type ScriptCall,
 } from './client.js';
 
+/**
+ * A reply as text: a client may map strings to Buffers (`withTypeMapping`, RESP2 or 3), and the
+ * backends read a script's strings as strings (a fence as a Buffer read as a refusal: the lock
+ * stayed held, by nobody). Replies are short: at most a few strings per lease.
+ */
+function text(r: unknown): unknown {
+  if (typeof r !== 'object' || r === null) return r;
+  if (r instanceof Uint8Array) return Buffer.from(r.buffer, r.byteOffset, r.byteLength).toString();
+  return Array.isArray(r) ? r.map(text) : r;
+}
+
 export class NodeRedisAdapter implements RedisAdapter {
   readonly kind = 'node-redis' as const;
   /** node-redis routes each command to its slot's master and follows MOVED/ASK itself. */
@@ -64,7 +75,7 @@ export class NodeRedisAdapter implements RedisAdapter {
           return [wrap(e2)];
         }
       }
-      return [r instanceof Error ? wrap(r) : r];
+      return [r instanceof Error ? wrap(r) : text(r)];
     }
     // node-redis pipelines every command issued in the same tick into one write (per node on a
     // cluster, where it routes each call by its first key and follows MOVED/ASK).
@@ -87,7 +98,7 @@ export class NodeRedisAdapter implements RedisAdapter {
       );
       again.forEach((i, j) => (res[i] = more[j]));
     }
-    return res.map((r) => (r instanceof Error ? wrap(r) : r));
+    return res.map((r) => (r instanceof Error ? wrap(r) : text(r)));
   }
 
   async masters(): Promise<RedisAdapter[]> {
