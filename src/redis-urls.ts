@@ -57,12 +57,8 @@ export function parseRedisDeployment(url: string): RedisDeployment {
   if (!m) throw bad('not a redis+cluster:// or redis+sentinel:// URL');
   const kind = m[2]!.toLowerCase() as 'cluster' | 'sentinel';
   let rest = m[3]!;
-  if (rest.includes('#')) throw bad('fragments are not supported');
-  const q = rest.indexOf('?');
-  const session = q < 0 ? undefined : sessionParam(new URLSearchParams(rest.slice(q + 1)), bad, true);
-  if (q >= 0) rest = rest.slice(0, q);
-  if (session && kind === 'cluster')
-    throw bad('session=1 needs a single server or Sentinel (on Redis Cluster leases are renewed per master)');
+  // the credentials first, up to the last '@' (no host, path or parameter holds one): a password
+  // may hold '?', '#' or '/' unescaped, and no error may quote a piece of it as a parameter
   let username: string | undefined;
   let password: string | undefined;
   const at = rest.lastIndexOf('@');
@@ -77,6 +73,12 @@ export function parseRedisDeployment(url: string): RedisDeployment {
       throw bad('malformed credentials');
     }
   }
+  if (rest.includes('#')) throw bad('fragments are not supported');
+  const q = rest.indexOf('?');
+  const session = q < 0 ? undefined : sessionParam(new URLSearchParams(rest.slice(q + 1)), bad, true);
+  if (q >= 0) rest = rest.slice(0, q);
+  if (session && kind === 'cluster')
+    throw bad('session=1 needs a single server or Sentinel (on Redis Cluster leases are renewed per master)');
   const slash = rest.indexOf('/');
   const hosts = slash < 0 ? rest : rest.slice(0, slash);
   const path = slash < 0 ? '' : rest.slice(slash + 1);

@@ -76,6 +76,24 @@ describe('fromUrl', () => {
     expect(err.message).toMatch(/single server or Sentinel/);
   });
 
+  test('a password with ?, # or / unescaped in a cluster/sentinel URL is its own; no error quotes any of it', async () => {
+    const { parseRedisDeployment } = await import('../../src/redis-urls.js');
+    const d = parseRedisDeployment('redis+sentinel://u:pa?s#s/w@127.0.0.1:26379/m?session=1');
+    expect(d).toMatchObject({ username: 'u', password: 'pa?s#s/w', name: 'm', session: true });
+    expect(d.nodes).toEqual([{ host: '127.0.0.1', port: 26379 }]);
+    // port 0: refused before any I/O, whatever the password holds
+    for (const [url, secret] of [
+      ['redis+cluster://user:S3cr?tPassw0rd@127.0.0.1:0', 'tPassw0rd'],
+      ['redis+sentinel://:Xy?session=hunter2@127.0.0.1:0', 'hunter2'],
+      ['redis+sentinel://:ab#cdSecret@127.0.0.1:0', 'cdSecret'],
+    ]) {
+      const err = (await fromUrl(url!).catch((e: unknown) => e)) as Error;
+      expect(err, url).toBeInstanceOf(InvalidArgumentError);
+      expect(err.message, url).not.toContain(secret);
+      expect(err.message, url).toMatch(/is not host:port/);
+    }
+  });
+
   test('a redis:// path other than a database number is refused before any I/O; a database the server lacks rejects', async () => {
     // port 1: nothing listens there, so a BackendError would mean the URL reached a connect
     for (const url of [
