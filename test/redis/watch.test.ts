@@ -6,7 +6,7 @@
 import { randomUUID } from 'node:crypto';
 import { afterAll, describe, expect, test } from 'vitest';
 import { redis } from '../../src/backends/redis/index.js';
-import { createLocks } from '../../src/index.js';
+import { ClosedError, createLocks } from '../../src/index.js';
 import { Clients, type ClientKind } from '../support/redis.js';
 import { until } from '../support/until.js';
 
@@ -41,5 +41,13 @@ describe.each(['ioredis', 'node-redis'] as ClientKind[])('watch on %s', (kind) =
     } finally {
       await locks.close();
     }
+  });
+
+  test('a watch on a closed backend is refused, and opens no subscriber connection', async () => {
+    const backend = redis(await clients.make(kind));
+    await backend.close();
+    await expect(backend.watch(`${prefix}:closed`, () => {})).rejects.toBeInstanceOf(ClosedError);
+    // the adapter's subscriber connections: none opened after close() (it would keep the process alive)
+    expect((backend.adapter as unknown as { subs: unknown[] | null }).subs).toBeNull();
   });
 });

@@ -4,6 +4,7 @@
  * SUBSCRIBE per channel on the adapter's subscriber connection. A channel nobody watches any more
  * lingers a moment before UNSUBSCRIBE, so an observer that re-watches does not pay a round each time.
  */
+import { ClosedError } from '../../errors.js';
 import type { RedisAdapter } from './client.js';
 
 interface Channel {
@@ -21,6 +22,8 @@ export class Watchers {
    * subscribed), so such a watch would resolve and hear nothing.
    */
   private readonly leaving = new Map<string, Promise<void>>();
+  /** After close(): no new subscription (it would open a subscriber connection nobody closes). */
+  private closed = false;
 
   constructor(
     private readonly adapter: RedisAdapter,
@@ -29,6 +32,7 @@ export class Watchers {
 
   /** Resolves once the server confirmed the subscription (rejects if it failed); then `off`. */
   async watch(channel: string, onChange: () => void): Promise<() => void> {
+    if (this.closed) throw new ClosedError('redis: backend closed');
     let ch = this.channels.get(channel);
     if (!ch) {
       const c: Channel = { listeners: new Set(), ready: Promise.resolve(), linger: null };
@@ -37,7 +41,10 @@ export class Watchers {
       };
       const left = this.leaving.get(channel);
       c.ready = left
-        ? left.then(() => this.adapter.subscribe(channel, listener))
+        ? left.then(() => {
+            if (this.closed) throw new ClosedError('redis: backend closed');
+            return this.adapter.subscribe(channel, listener);
+          })
         : this.adapter.subscribe(channel, listener);
       c.ready.catch(() => {
         if (this.channels.get(channel) === c) this.channels.delete(channel); // the next watch retries
@@ -77,6 +84,7 @@ export class Watchers {
   }
 
   close(): void {
+    this.closed = true;
     for (const ch of this.channels.values()) if (ch.linger) clearTimeout(ch.linger);
     this.channels.clear();
   }
