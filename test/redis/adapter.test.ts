@@ -199,3 +199,24 @@ describe.each([2, 3])('a node-redis client that maps strings to Buffers (RESP%i)
     }
   });
 });
+
+test('an ioredis client with stringNumbers (integer replies as strings): a refusal is never read as a grant', async () => {
+  const { Redis } = await import('ioredis');
+  const c = new Redis(REDIS_URL, { stringNumbers: true, maxRetriesPerRequest: 1 });
+  const locks = createLocks(redis(c), { prefix: `${prefix}-sn`, ttl: '5s' });
+  try {
+    const held = await locks.tryAcquire('job');
+    expect(held).not.toBeNull();
+    // refused: the holder's pttl comes back as "-4998" (and a lock with no expiry as "0")
+    expect(await locks.tryAcquire('job')).toBeNull();
+    await c.persist(redisKeys(`${prefix}-sn:job`).lock);
+    expect(await locks.tryAcquire('job')).toBeNull();
+    expect(await held!.release()).toBe(true);
+    const next = await locks.tryAcquire('job');
+    expect(next!.fence > held!.fence).toBe(true);
+    await next!.release();
+  } finally {
+    await locks.close();
+    c.disconnect();
+  }
+});

@@ -235,7 +235,9 @@ export class RedisBackend implements Backend {
       return this.acquire(key, req, true);
     }
     if (s) sessions!.confirm(s, sentAt);
-    if (typeof r === 'string') {
+    // a grant's fence is a positive integer as a string; a refusal is an integer ≤ 0, which a
+    // client may give as a string too (ioredis `stringNumbers`): never read as a grant
+    if (typeof r === 'string' && r.charCodeAt(0) > 48 && r.charCodeAt(0) <= 57) {
       if (queue) this.wakeups.forget(lock, token);
       if (!s) return { fence: BigInt(r) };
       sessions!.bind(key, token, s, sentAt);
