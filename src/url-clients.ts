@@ -91,6 +91,9 @@ export interface RedisClient {
  * ioredis client that could not connect is returned with `down` set rather than closed, and
  * rejoins when its node answers. node-redis is not kept: its commands fail at once until connected.
  */
+/** How long opening one redis:// client may take, handshake included (as for Cluster and Sentinel). */
+const CONNECT_MS = 5000;
+
 export async function redisClient(url: string, keepIfDown = false): Promise<RedisClient> {
   const safe = redactUrl(url);
   const { name, mod } = await load(['ioredis', 'redis'], safe);
@@ -108,7 +111,9 @@ export async function redisClient(url: string, keepIfDown = false): Promise<Redi
         () => client.disconnect(),
       );
     try {
-      await client.connect();
+      // connectTimeout bounds the TCP connect only: a server that accepts and never answers the
+      // ready check (or AUTH) would keep connect() pending forever
+      await race(client.connect(), { ms: CONNECT_MS, onTimeout: () => new Error(`no answer within ${CONNECT_MS}ms`) });
     } catch (e) {
       const err = connectError(safe, url, socketError ?? e);
       if (keepIfDown) {
@@ -134,7 +139,7 @@ export async function redisClient(url: string, keepIfDown = false): Promise<Redi
   client.on('ready', () => (ready = true));
   try {
     // and a server that accepts the socket but never answers the handshake
-    await race(client.connect(), { ms: 5000, onTimeout: () => new Error('no answer within 5000ms') });
+    await race(client.connect(), { ms: CONNECT_MS, onTimeout: () => new Error(`no answer within ${CONNECT_MS}ms`) });
   } catch (e) {
     await Promise.resolve(client.destroy?.()).catch(() => {});
     throw connectError(safe, url, e);
