@@ -15,6 +15,8 @@ import {
   type Locks,
 } from '../index.js';
 import { pathFromUrl } from '../backends/sqlite/url.js';
+import { checkTtl } from '../lease.js';
+import { checkString } from '../validate.js';
 import { redactText } from '../scrub.js';
 import { race } from '../wait.js';
 
@@ -146,6 +148,10 @@ export async function openLocks(
   flags: BackendFlags,
   ttlMs?: number,
 ): Promise<{ locks: Locks; backend: Backend; urls: string[] }> {
+  // createLocks's own checks, made before the backend is opened: a bad flag is a usage error at
+  // once, not exit 69 after a connect attempt, nor the default SQLite file created for nothing
+  checkString(flags.prefix, '--prefix', 256);
+  if (ttlMs !== undefined) checkTtl(ttlMs, '--ttl: a ttl');
   const { backend, urls } = await openBackend(flags);
   try {
     const locks = createLocks(backend, { prefix: flags.prefix, ...(ttlMs === undefined ? {} : { ttl: ttlMs }) });

@@ -44,6 +44,13 @@ describe('usage', () => {
     [['run', 'k', '--url', 'memory:', '--', 'true'], 'memory: excludes nothing between commands'],
     [['elect', 'e', '--url', 'sqlite::memory:', '--', 'true'], "sqlite's :memory: database"],
     [['status', '--url', 'sqlite:%3Amemory%3A'], ':memory: %-escaped'],
+    // checked before the backend is opened (the default SQLite file was created first, and an
+    // unreachable server made a bad flag exit 69, after a connect attempt)
+    [['status', '--prefix', ''], 'empty prefix'],
+    [['release', 'k', '--force', '--prefix', 'p'.repeat(257)], 'prefix too long'],
+    [['run', 'k', '--prefix', '', '--url', 'redis://127.0.0.1:1', '--', 'true'], 'empty prefix, server down'],
+    [['run', 'k', '--ttl', '2ms', '--', 'true'], 'a ttl that leaves no validity'],
+    [['elect', 'e', '--ttl', '1ms', '--', 'true'], 'elect: a ttl that leaves no validity'],
   ])('%j exits 64 with one line on stderr (%s)', async (args) => {
     const { db, ...env } = home();
     const r = await cli(args as string[], env);
