@@ -2,9 +2,11 @@
  * `advisoryKey` (exported from leasehold/postgres) checks its arguments as the backends do: a bad
  * key or schema throws InvalidArgumentError instead of a TypeError or a silently different lock.
  */
+import pg from 'pg';
 import { describe, expect, test } from 'vitest';
-import { InvalidArgumentError } from '../../src/index.js';
-import { advisoryKey, lockParts } from '../../src/backends/postgres/index.js';
+import { createLocks, InvalidArgumentError } from '../../src/index.js';
+import { advisoryKey, lockParts, postgres } from '../../src/backends/postgres/index.js';
+import { PG_URL } from './support.js';
 
 describe('advisoryKey', () => {
   test('a bad key is refused with InvalidArgumentError', () => {
@@ -41,5 +43,26 @@ describe('advisoryKey', () => {
     // the longest full key the library makes: a 256-byte prefix, ':', a 1,024-byte key
     expect(typeof advisoryKey(`${'p'.repeat(256)}:${'k'.repeat(1024)}`)).toBe('bigint');
     expect(lockParts(k).classid).toMatch(/^\d+$/);
+  });
+});
+
+describe('postgres(): a NUL in the namespaced key', () => {
+  test('is refused with a message that shows the full key, so a prefix with NUL is named', async () => {
+    // before, a prefix holding NUL was reported as "key must not contain NUL" for a key without one
+    const pool = new pg.Pool({ connectionString: PG_URL, max: 3 });
+    try {
+      const backend = postgres(pool);
+      for (const [prefix, key] of [
+        ['app\u0000', 'report'],
+        ['app', 'rep\u0000ort'],
+      ]) {
+        const locks = createLocks(backend, { prefix });
+        const e = await locks.acquire(key!).catch((x: unknown) => x);
+        expect(e).toBeInstanceOf(InvalidArgumentError);
+        expect((e as Error).message).toContain(JSON.stringify(`${prefix}:${key}`));
+      }
+    } finally {
+      await pool.end();
+    }
   });
 });

@@ -78,7 +78,11 @@ export function checkText(value: string, what: string): void {
 /** A namespaced key as the engine passes it (already validated there; checked again cheaply). */
 export function checkFullKey(key: unknown): asserts key is string {
   if (typeof key !== 'string' || key.length === 0) throw new InvalidArgumentError(`key must be a non-empty string`);
-  if (key.includes('\u0000')) throw new InvalidArgumentError(`key must not contain NUL characters (Postgres text)`);
+  // the namespaced key is shown: the NUL may be in the prefix, not in the key the caller passed
+  if (key.includes('\u0000')) {
+    const shown = JSON.stringify(key.length > 300 ? `${key.slice(0, 300)}…` : key);
+    throw new InvalidArgumentError(`key and prefix must not contain NUL characters (Postgres text), got ${shown}`);
+  }
 }
 
 const IDENT = /^[A-Za-z_][A-Za-z0-9_$]{0,62}$/;
