@@ -55,6 +55,11 @@ export interface RedisAdapter {
    * prefixed keys; channels are never prefixed, so a key a script publishes is read back with it.
    */
   readonly keyPrefix: string;
+  /**
+   * The client is known to put no prefix on keys (its keyPrefix read as ''): a script may then
+   * name a lock's channel `{k}:changed` from its lock key, and the caller leaves it out.
+   */
+  readonly unprefixed?: boolean;
   /** A Redis Cluster client (ioredis `Cluster`, node-redis `createCluster`). */
   readonly cluster: boolean;
   /**

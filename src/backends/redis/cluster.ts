@@ -50,11 +50,13 @@ const isTryAgain = (r: unknown): boolean =>
 export class TryAgainAdapter implements RedisAdapter {
   readonly kind: RedisAdapter['kind'];
   readonly keyPrefix: string;
+  readonly unprefixed?: boolean;
   readonly cluster = true;
   readonly nodeFor?: RedisAdapter['nodeFor'];
   constructor(private readonly inner: RedisAdapter) {
     this.kind = inner.kind;
     this.keyPrefix = inner.keyPrefix;
+    this.unprefixed = inner.unprefixed;
     if (inner.nodeFor) this.nodeFor = (slot) => inner.nodeFor!(slot);
   }
   async run(calls: readonly ScriptCall[]): Promise<unknown[]> {

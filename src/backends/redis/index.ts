@@ -179,7 +179,6 @@ export class RedisBackend implements Backend {
     const { fenceIdleMs, placeMs, claimMs } = this.cfg;
     const value = req.value ?? '';
     const member = queue ? this.member(token) : '';
-    const changed = `${lock}:changed`;
     if (queue) {
       // the engine asks handedOver() itself after a pause (then this finds nothing, one map
       // lookup); kept so that the driver alone takes a hand-over the same way
@@ -204,7 +203,7 @@ export class RedisBackend implements Backend {
                 member,
                 placeMs,
                 claimMs,
-                changed,
+                `${lock}:changed`,
                 sessions!.lockPx(req.ttlMs),
                 create ? '1' : '0',
               ],
@@ -212,7 +211,10 @@ export class RedisBackend implements Backend {
           : {
               script: ACQUIRE,
               keys: this.adapter.cluster ? declared(lock) : [lock, `${lock}:fence`],
-              args: [token, req.ttlMs, fenceIdleMs, value, member, placeMs, claimMs, changed],
+              // the channel is named from the lock key in the script when no prefix is on it
+              args: this.adapter.unprefixed
+                ? [token, req.ttlMs, fenceIdleMs, value, member, placeMs, claimMs]
+                : [token, req.ttlMs, fenceIdleMs, value, member, placeMs, claimMs, `${lock}:changed`],
             },
       ]);
       r = res;
@@ -298,7 +300,9 @@ export class RedisBackend implements Backend {
       {
         script: RELEASE,
         keys: this.adapter.cluster ? declared(lock) : [lock, `${lock}:fence`],
-        args: [token, this.cfg.claimMs, this.cfg.fenceIdleMs, `${lock}:changed`],
+        args: this.adapter.unprefixed
+          ? [token, this.cfg.claimMs, this.cfg.fenceIdleMs]
+          : [token, this.cfg.claimMs, this.cfg.fenceIdleMs, `${lock}:changed`],
       },
     ]);
     if (r instanceof Error) throw r;

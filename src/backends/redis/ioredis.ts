@@ -29,9 +29,12 @@ export class IoredisAdapter implements RedisAdapter {
   private subs: any[] | null = null;
   private readonly listeners = new Map<string, MessageListener>();
   readonly keyPrefix: string;
+  readonly unprefixed: boolean;
   constructor(private readonly client: any) {
     this.cluster = client.isCluster === true;
-    this.keyPrefix = keyPrefixOf(client) ?? '';
+    const kp = keyPrefixOf(client);
+    this.keyPrefix = kp ?? '';
+    this.unprefixed = kp === '';
   }
 
   run(calls: readonly ScriptCall[]): Promise<unknown[]> {

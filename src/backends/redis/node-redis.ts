@@ -45,9 +45,11 @@ export class NodeRedisAdapter implements RedisAdapter {
    */
   private readonly raw: boolean;
   readonly keyPrefix: string;
+  readonly unprefixed: boolean;
   constructor(private readonly client: any) {
     const kp = keyPrefixOf(client);
     this.keyPrefix = kp ?? '';
+    this.unprefixed = kp === '';
     this.cluster = typeof client.getSlotMaster === 'function' && typeof client.sSubscribe === 'function';
     // `sendCommand(args, options)`: a client or a pool; a Sentinel's and a cluster's take more
     this.raw = !this.cluster && typeof client.sendCommand === 'function' && client.sendCommand.length === 2;

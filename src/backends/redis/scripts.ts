@@ -151,7 +151,7 @@ export const HEAD = SESSION + MINT + QUEUE;
 
 /**
  * KEYS lock fence [session] | lock fence q qx v qv (Redis Cluster); ARGV token ttl fenceIdle
- * value(''=none) member(''=do not queue) place claim changed [lockPx create(0|1)] → fence as a
+ * value(''=none) member(''=do not queue) place claim [changed] [lockPx create(0|1)] → fence as a
  * string (granted) | -pttl of the holder (0 if unknown): refused | { -pttl, server µs }: refused
  * and queued | 'gone': the session (KEYS[3]) lapsed, nothing was done. On a single server the
  * lock's other keys (`:q`, `:qx`, `:v`, `:qv`) are named from KEYS[1] here, in its slot: every
@@ -163,7 +163,8 @@ export const HEAD = SESSION + MINT + QUEUE;
  * grant past a queue that moved) and the caller may simply send it again (docs/redis.md,
  * "Resharding"). An undeclared key the node lacks would stop the script part-way instead ("non
  * local key"). The `changed` channel stays an argument: a client's keyPrefix goes on KEYS, never
- * on channels. `create`
+ * on channels: without a keyPrefix the channel is `<lock>:changed` and left out (one argument
+ * less; a session's call still sends it, before its own two). `create`
  * makes a missing session key: only the session's one creating acquire sends it (index.ts).
  * With a session the lock is `<token>|<session key>` with the long PX lockPx (a bound on how
  * long the key of a dead session lingers), and the attempt sets the session's expiry to ttl; a
@@ -190,7 +191,7 @@ if #KEYS ~= 3 then
     local idle = ARGV[3]
     if tonumber(idle) < tonumber(ARGV[2]) then idle = ARGV[2] end
     local f = mint(KEYS[2], idle)
-    redis.call('PUBLISH', ARGV[8], 'g')
+    redis.call('PUBLISH', ARGV[8] or L .. ':changed', 'g')
     return f
   end
 end
@@ -207,7 +208,7 @@ if S then
   val = ARGV[1] .. '|' .. S
 end
 local idle = math.max(tonumber(ARGV[3]), px)
-local F, changed = KEYS[2], ARGV[8]
+local F, changed = KEYS[2], ARGV[8] or L .. ':changed'
 local member, queue = ARGV[5], ARGV[5] ~= ''
 local function grant(us)
   if ARGV[4] ~= '' then redis.call('SET', V, ARGV[4], 'PX', px) end
@@ -318,9 +319,10 @@ return out
 );
 
 /**
- * KEYS lock fence | lock fence q qx v qv (Redis Cluster); ARGV token claim fenceIdle changed →
+ * KEYS lock fence | lock fence q qx v qv (Redis Cluster); ARGV token claim fenceIdle [changed] →
  * 1 | 0. Token-checked delete (of the lock and its `:v`); tells watchers on `changed`; hands the
- * lock to the queue's first live waiter (one message). On a single server the other keys are
+ * lock to the queue's first live waiter (one message). `changed` is left out by a client with no
+ * keyPrefix: it is then `<lock>:changed`. On a single server the other keys are
  * named from KEYS[1], in its slot (as in ACQUIRE, which also says why a Cluster declares them
  * all, and why the fence counter is always declared: a hand-over mints a fence).
  */
@@ -336,7 +338,7 @@ if cur ~= ARGV[1] or string.find(cur, '|', 1, true) then
   if who ~= ARGV[1] and not (cur and not who) then return 0 end
   -- its session lapsed: the lock is free, and goes on as at a release (the caller's was not it)
 end
-local V, Q, changed = KEYS[5] or L .. ':v', KEYS[3] or L .. ':q', ARGV[4]
+local V, Q, changed = KEYS[5] or L .. ':v', KEYS[3] or L .. ':q', ARGV[4] or L .. ':changed'
 redis.call('DEL', L, V)
 redis.call('PUBLISH', changed, 'r')
 if redis.call('EXISTS', Q) == 1 then
