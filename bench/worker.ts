@@ -6,6 +6,7 @@
  * Protocol: parent → {type:'setup', spec} → 'ready' | 'failed'; {type:'go'} → 'done' (result);
  * {type:'teardown'} → 'closed'. The worker exits when the parent disconnects.
  */
+import { readFileSync } from 'node:fs';
 import { etcd, redis, redlockModule, sqlite } from './lib/leasehold.js';
 import { etcdClient, ioredis, loadPostgres, pgClient, pgPool, quit } from './lib/clients.js';
 import { startProfile } from './lib/profile.js';
@@ -72,6 +73,12 @@ export interface WorkerResult {
   cpuMs: number;
   /** commands this process sent to Redis during the run (ioredis sendCommand; null for Postgres) */
   commands: number | null;
+  /**
+   * Times this process's main thread went to sleep and was woken during the run (its voluntary
+   * context switches in /proc/self/status; null off Linux): each wake-up costs a context switch and cold caches, which on a
+   * loaded 2-core host weighs more than most of the JavaScript run per grant.
+   */
+  wakeups: number | null;
 }
 
 export type ToWorker = { type: 'setup'; spec: WorkerSpec } | { type: 'go' } | { type: 'teardown' };
@@ -88,6 +95,16 @@ const closers: Array<() => Promise<unknown>> = [];
 const send = (m: FromWorker) => {
   if (process.connected) process.send?.(m, undefined, undefined, () => {});
 };
+
+/** The main thread's voluntary context switches so far (Linux), or null. */
+function voluntarySwitches(): number | null {
+  try {
+    const m = /^voluntary_ctxt_switches:\s+(\d+)$/m.exec(readFileSync('/proc/self/status', 'utf8'));
+    return m ? Number(m[1]) : null;
+  } catch {
+    return null;
+  }
+}
 
 /** Counts every command sent on `c` into `commands`. */
 function counted(c: Awaited<ReturnType<typeof ioredis>>): void {
@@ -214,6 +231,7 @@ async function go(): Promise<WorkerResult> {
   let errors = 0;
   let lastError: string | undefined;
   if (commands !== null) commands = 0;
+  const switches0 = voluntarySwitches();
   const cpu0 = process.cpuUsage();
   const startAt = epochNow();
   const t0 = now();
@@ -252,9 +270,11 @@ async function go(): Promise<WorkerResult> {
     }
   }
   const cpu = process.cpuUsage(cpu0);
+  const switches1 = voluntarySwitches();
   const r: WorkerResult = {
     cpuMs: (cpu.user + cpu.system) / 1000,
     commands,
+    wakeups: switches0 === null || switches1 === null ? null : switches1 - switches0,
     index: s.index,
     waits,
     grantsAt,

@@ -48,6 +48,11 @@ export interface ContendedRun {
   cpuMsPerGrant: number;
   /** commands the workers sent to Redis per grant (acquire attempts + release + …); null for Postgres */
   commandsPerGrant: number | null;
+  /**
+   * wake-ups (voluntary context switches) of all worker processes together, per grant; null off
+   * Linux. Absent before 2026-12-05.
+   */
+  wakeupsPerGrant?: number | null;
   errors: number;
   incomplete: boolean;
   lastError?: string;
@@ -175,6 +180,9 @@ function aggregate(plan: ContendedPlan, results: WorkerResult[]): ContendedRun {
     commandsPerGrant: results.some((r) => r.commands === null)
       ? null
       : round(results.reduce((s, r) => s + r.commands!, 0) / Math.max(1, waits.length)),
+    wakeupsPerGrant: results.some((r) => r.wakeups === null)
+      ? null
+      : round(results.reduce((s, r) => s + r.wakeups!, 0) / Math.max(1, waits.length)),
     errors: results.reduce((s, r) => s + r.errors, 0),
     incomplete: results.some((r) => r.incomplete),
     cdf,
@@ -268,7 +276,8 @@ export async function contended(
         runs.push(run);
         ctx.log(
           `  ${run.handoffsPerSec}/s, wait p50 ${run.wait.p50} p99 ${run.wait.p99} max ${run.wait.max} ms, ` +
-            `${run.commandsPerGrant ?? '–'} commands and ${run.cpuMsPerGrant} ms CPU per grant` +
+            `${run.commandsPerGrant ?? '–'} commands, ${run.wakeupsPerGrant ?? '–'} wake-ups and ` +
+            `${run.cpuMsPerGrant} ms CPU per grant` +
             (run.incomplete ? ' (INCOMPLETE: deadline)' : ''),
         );
       } catch (e) {
