@@ -15,18 +15,12 @@
  *
  * `--dist` compares builds side by side (e.g. one made from an older commit with tsup).
  */
-import { resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { Redis } from 'ioredis';
 import { countCommands } from './lib/clients.js';
+import { dists as listDists, opt } from './lib/argv.js';
 
-const args = process.argv.slice(2);
-const opt = (name: string, dflt: number) => {
-  const i = args.indexOf(`--${name}`);
-  return i >= 0 ? Number(args[i + 1]) : dflt;
-};
-const dists = args.flatMap((a, i) => (a === '--dist' ? [resolve(args[i + 1]!)] : []));
-if (dists.length === 0) dists.push(resolve('dist'));
+const dists = listDists();
 const ROUNDS = opt('rounds', 3);
 const W = opt('waiters', 3);
 const N = opt('grants', 20_000);

@@ -12,19 +12,13 @@
  * Reports per subject the median and range of handoffs/s, wait p50/p99 and client CPU per grant,
  * and per round the ratio to the raw floor of that round.
  */
-import { resolve } from 'node:path';
 import type { Ctx } from './lib/ctx.js';
 import { installCleanup, runCleanup } from './lib/procs.js';
 import { contended, contendedOptions, type ContendedRun } from './sections/contended.js';
 import { purgePostgres } from './sections/postgres.js';
+import { dists as listDists, opt } from './lib/argv.js';
 
-const args = process.argv.slice(2);
-const opt = (name: string, dflt: number) => {
-  const i = args.indexOf(`--${name}`);
-  return i >= 0 ? Number(args[i + 1]) : dflt;
-};
-const dists = args.flatMap((a, i) => (a === '--dist' ? [resolve(args[i + 1]!)] : []));
-if (dists.length === 0) dists.push(resolve('dist'));
+const dists = listDists();
 const ROUNDS = opt('rounds', 5);
 const GRANTS = opt('grants', 2_000);
 

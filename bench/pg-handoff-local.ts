@@ -15,20 +15,14 @@
  *
  * With LEASEHOLD_BENCH_PROFILE=<dir>, each measured window is CPU-profiled (the stop is counted).
  */
-import { resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import pg from 'pg';
 import { advisoryKeyOf } from './lib/pgkey.js';
 import { startProfile } from './lib/profile.js';
+import { dists as listDists, opt } from './lib/argv.js';
 
 const URL = process.env.LEASEHOLD_PG_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
-const args = process.argv.slice(2);
-const opt = (name: string, dflt: number) => {
-  const i = args.indexOf(`--${name}`);
-  return i >= 0 ? Number(args[i + 1]) : dflt;
-};
-const dists = args.flatMap((a, i) => (a === '--dist' ? [resolve(args[i + 1]!)] : []));
-if (dists.length === 0) dists.push(resolve('dist'));
+const dists = listDists();
 const ROUNDS = opt('rounds', 5);
 const W = opt('waiters', 3);
 const N = opt('grants', 3_000);

@@ -12,18 +12,12 @@
  * per-round ratio to that round's floor of the same client.
  */
 import { randomBytes } from 'node:crypto';
-import { resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { Redis } from 'ioredis';
 import { createClient } from 'redis';
+import { args, dists as listDists, opt } from './lib/argv.js';
 
-const args = process.argv.slice(2);
-const opt = (name: string, dflt: number) => {
-  const i = args.indexOf(`--${name}`);
-  return i >= 0 ? Number(args[i + 1]) : dflt;
-};
-const dists = args.flatMap((a, i) => (a === '--dist' ? [resolve(args[i + 1]!)] : []));
-if (dists.length === 0) dists.push(resolve('dist'));
+const dists = listDists();
 const ROUNDS = opt('rounds', 7);
 const MS = opt('ms', 400);
 const KEYS = opt('keys', 64);
