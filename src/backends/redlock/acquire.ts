@@ -26,6 +26,8 @@ import {
   channelOf,
   fenceKey,
   grantedChannelOf,
+  isOne,
+  isZero,
   lockKey,
   PIN,
   pinKey,
@@ -55,7 +57,7 @@ export interface Ctx {
 
 function parseCounter(r: unknown): bigint | null {
   if (!Array.isArray(r)) throw new BackendError(`redlock: unexpected acquire reply ${String(r)}`);
-  if (r[0] !== 1) return null;
+  if (!isOne(r[0])) return null;
   const c = r[1];
   if ((typeof c !== 'string' && typeof c !== 'number') || !/^\d+$/.test(String(c))) {
     throw new BackendError(`redlock: fence counter is not a non-negative integer: ${String(c)}`);
@@ -112,7 +114,7 @@ export function releaseOn(
     TURN_MS,
   ];
   return ctx.one(i, { script: RELEASE, keys: releaseKeys(key), args }).then(
-    (r) => r === 1,
+    (r) => isOne(r),
     () => false,
   );
 }
@@ -150,7 +152,7 @@ export async function acquire(ctx: Ctx, key: string, request: AcquireRequest): P
     ctx.all,
     (i) =>
       ctx.one(i, { script: ACQUIRE, keys, args }).then((r) => {
-        if (Array.isArray(r) && r[0] === 0 && r.length > 1) {
+        if (Array.isArray(r) && isZero(r[0]) && r.length > 1) {
           pttls[i] = Number(r[1]);
           if (before && r.length > 2) clocks.push({ node: Number(r[2]), sent, received: ctx.wakeups.wallNow() });
         }
@@ -184,7 +186,7 @@ export async function acquire(ctx: Ctx, key: string, request: AcquireRequest): P
         (i) => ctx.one(i, { script: WRITE_FENCE, keys, args: wargs }),
         Math.min(ctx.cfg.nodeTimeoutMs, Math.max(1, left())),
         (outs, pending) => {
-          const t = tally(outs, (v) => v === 1);
+          const t = tally(outs, isOne);
           if (atMax + t.yes >= q) return true;
           if (atMax + t.yes + pending < q) return false;
           return undefined;

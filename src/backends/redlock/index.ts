@@ -33,6 +33,7 @@ import {
   EXTEND,
   fenceKey,
   grantedChannelOf,
+  isOne,
   LEAVE,
   lockKey,
   pinKey,
@@ -189,7 +190,7 @@ class RedlockBackend implements Backend {
       args: [it.token, it.ttlMs, this.grants.idOf(it.key, it.token), this.cfg.fenceIdleMs],
     }));
     const yesOf = (outs: readonly (Outcome<unknown[]> | undefined)[]) =>
-      items.map((_, j) => outs.filter((o) => o?.ok === true && o.value[j] === 1).length);
+      items.map((_, j) => outs.filter((o) => o?.ok === true && isOne(o.value[j])).length);
     const r = await round(
       this.all,
       async (i) => {
@@ -243,7 +244,7 @@ class RedlockBackend implements Backend {
       (i) => this.one(i, { script: RELEASE, keys: releaseKeys(key), args }),
       this.cfg.nodeTimeoutMs,
       (outs, pending) => {
-        const t = tally(outs, (v) => v === 1);
+        const t = tally(outs, isOne);
         if (t.yes >= q) return true;
         if (t.yes + pending < q) return false;
         return undefined;

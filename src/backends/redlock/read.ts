@@ -12,7 +12,18 @@ import type { LockInfo, ResultStore } from '../../backend.js';
 import { BackendError, InvalidArgumentError, QuorumError } from '../../errors.js';
 import type { Ctx } from './acquire.js';
 import { causesOf, isHardFailure, type Outcome, round, tally } from './quorum.js';
-import { fenceKey, GET_RESULT, INSPECT, lockKey, pinKey, PUT_RESULT, resultKey, SCAN, valueKey } from './scripts.js';
+import {
+  fenceKey,
+  GET_RESULT,
+  INSPECT,
+  isOne,
+  lockKey,
+  pinKey,
+  PUT_RESULT,
+  resultKey,
+  SCAN,
+  valueKey,
+} from './scripts.js';
 
 type Entry = { holder: string; pttl: number; fence: bigint; value: string | null } | null;
 
@@ -21,7 +32,7 @@ const SETTLE_MS = 100;
 
 function parseEntry(r: unknown): Entry {
   if (!Array.isArray(r)) throw new BackendError(`redlock: unexpected inspect reply ${String(r)}`);
-  if (r[0] !== 1) return null;
+  if (!isOne(r[0])) return null;
   const value = r[4] === null || r[4] === undefined || r[4] === false ? null : String(r[4]);
   return { holder: String(r[1]), pttl: Number(r[2]), fence: BigInt(String(r[3])), value };
 }
@@ -209,7 +220,7 @@ export function resultStore(ctx: Ctx): ResultStore {
         (i) => ctx.one(i, { script: PUT_RESULT, keys: [lockKey(lockKey_), resultKey(lockKey_)], args }),
         ctx.cfg.nodeTimeoutMs,
         (outs, pending) => {
-          const t = tally(outs, (v) => v === 1);
+          const t = tally(outs, isOne);
           if (t.yes >= q) return true;
           if (t.yes + pending < q) return false;
           return undefined;

@@ -7,6 +7,7 @@ import { type Duration, toMs } from '../../duration.js';
 import { BackendError, InvalidArgumentError } from '../../errors.js';
 import { adapt } from '../redis/adapt.js';
 import { script } from '../redis/client.js';
+import { isOne } from './scripts.js';
 
 /** ARGV: cursor, match, count → {cursor, keys, values} (value '' for a key that is not a string). */
 const SCAN_FENCES = script(`
@@ -86,7 +87,7 @@ export async function reseedFences(target: unknown, sources: readonly unknown[],
     const res = await to.run(calls);
     for (const r of res) {
       if (r instanceof Error) throw new BackendError(`reseedFences: the target failed: ${r.message}`, { cause: r });
-      if (r === 1) raised++;
+      if (isOne(r)) raised++;
     }
   }
   return { raised };

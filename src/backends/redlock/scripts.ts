@@ -296,3 +296,11 @@ export const GET_RESULT = script(`return redis.call('GET', KEYS[1])`);
 
 /** ARGV: cursor, match pattern, count. → {next cursor, keys}. */
 export const SCAN = script(`return redis.call('SCAN', ARGV[1], 'MATCH', ARGV[2], 'COUNT', ARGV[3])`);
+
+/**
+ * A script's 1 (granted, done): an integer reply, or its text from a client that gives integers
+ * as strings (ioredis `stringNumbers`). Only the flag 1 counts: a refusal never reads as a grant.
+ */
+export const isOne = (v: unknown): boolean => v === 1 || v === '1';
+/** A script's 0 flag (refused), as an integer or as text (see isOne). */
+export const isZero = (v: unknown): boolean => v === 0 || v === '0';
