@@ -132,7 +132,7 @@ export async function acquire(ctx: Ctx, key: string, request: AcquireRequest): P
   const hasValue = request.value !== undefined;
   const queued = request.queue === true;
   // a waiting attempt (re)registers this backend's wake channel in the key's waiter queue
-  const before = queued ? ctx.wakeups.before(key) : null;
+  const before = queued ? ctx.wakeups.before(key, token) : null;
   const args = [
     stored,
     ttlMs,
@@ -233,7 +233,7 @@ export async function acquire(ctx: Ctx, key: string, request: AcquireRequest): P
     );
   });
   if (fence !== null) {
-    if (before) ctx.wakeups.forget(key);
+    if (before) ctx.wakeups.forget(key, token);
     return { fence };
   }
   // the clean-ups below wake the head waiter; when that is this backend, they must not wake it

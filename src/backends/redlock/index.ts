@@ -233,7 +233,9 @@ class RedlockBackend implements Backend {
       floor,
       this.cfg.fenceIdleMs,
       this.wakeups.nextId() + key,
-      this.wakeups.channel, // the holder waits no more: its place goes
+      // the holder waits no more: its place goes, unless another Locks' waiter of this backend
+      // waits on the key (they share the place)
+      this.wakeups.waiting(key) ? '' : this.wakeups.channel,
       '',
       0,
       0,
@@ -311,8 +313,9 @@ class RedlockBackend implements Backend {
    * A waiter that gave up leaves the key's waiter queue on every node (best effort, bounded; a
    * place it keeps lapses within PLACE_MS anyway), so the next release wakes the next waiter.
    */
-  async leave(key: string, _token: string): Promise<void> {
-    this.wakeups.forget(key);
+  async leave(key: string, token: string): Promise<void> {
+    // another Locks' waiter of this backend on the key keeps the shared place (and its wake-ups)
+    if (!this.wakeups.forget(key, token)) return;
     if (this.closed) return;
     const call = {
       script: LEAVE,

@@ -74,8 +74,10 @@ export class Wakeups {
   /**
    * Before a queued attempt is sent: counts wake-ups for `key` from now on (one may overtake the
    * attempt's replies) and returns how many it has had, and this backend's arrival for the key.
+   * `token` names the waiter: several (two Locks on this backend) may wait on one key, sharing its
+   * place and wake-ups.
    */
-  before(key: string): { wakes: number; arrival: number } {
+  before(key: string, token: string): { wakes: number; arrival: number } {
     let arrival = this.arrivals.get(key);
     // the nodes' clock as this backend sees it, to the µs: waiters that arrive within one ms of
     // each other keep their order, and a host whose own clock is off does not jump the queue
@@ -83,7 +85,7 @@ export class Wakeups {
     // the copies of a release that reach us from here on wake this attempt's caller again: a node
     // that had not let go yet when the attempt arrived sends its copy only once it has
     this.seen.delete(key);
-    return { wakes: this.waits.before(key), arrival };
+    return { wakes: this.waits.before(key, token), arrival };
   }
 
   /** Test hook: how far this host's wall clock is off (ms), as a host without NTP would be. */
@@ -137,11 +139,21 @@ export class Wakeups {
     return true;
   }
 
-  /** The waiter on `key` got the lock, gave up, or failed. */
-  forget(key: string): void {
-    this.waits.forget(key);
+  /**
+   * The waiter `token` on `key` got the lock, gave up, or failed. True when no other waiter of
+   * this backend waits on `key` (its state is gone; its place on the nodes may go too); false
+   * while another Locks' waiter still counts on the place and its wake-ups.
+   */
+  forget(key: string, token: string): boolean {
+    if (!this.waits.forget(key, token)) return false;
     this.arrivals.delete(key);
     this.seen.delete(key);
+    return true;
+  }
+
+  /** Whether a waiter of this backend waits on `key` (it keeps the backend's place there). */
+  waiting(key: string): boolean {
+    return this.arrivals.has(key);
   }
 
   private onMessage(message: string): void {
