@@ -16,6 +16,13 @@ interface Channel {
 
 export class Subscriptions {
   private readonly channels = new Map<string, Channel>();
+  /**
+   * Channels whose UNSUBSCRIBE is on its way: a new listener subscribes once it is done.
+   * node-redis drops a channel's listeners when the UNSUBSCRIBE's reply comes, the ones a
+   * SUBSCRIBE added meanwhile included (that SUBSCRIBE it does not even send: the channel still
+   * looks subscribed), so such a watch would resolve and hear nothing.
+   */
+  private readonly leaving = new Map<string, Promise<void>>();
   constructor(private readonly adapter: RedisAdapter) {}
 
   /** Adds a listener; resolves true once the node confirmed the subscription, false if it failed. */
@@ -23,17 +30,19 @@ export class Subscriptions {
     let ch = this.channels.get(channel);
     if (!ch) {
       const c: Channel = { listeners: new Set(), ready: Promise.resolve(false), linger: null };
-      c.ready = this.adapter
-        .subscribe(channel, () => {
-          for (const l of [...c.listeners]) l();
-        })
-        .then(
-          () => true,
-          () => {
-            if (this.channels.get(channel) === c) this.channels.delete(channel); // the next waiter retries
-            return false;
-          },
-        );
+      const listener = () => {
+        for (const l of [...c.listeners]) l();
+      };
+      const left = this.leaving.get(channel);
+      c.ready = (
+        left ? left.then(() => this.adapter.subscribe(channel, listener)) : this.adapter.subscribe(channel, listener)
+      ).then(
+        () => true,
+        () => {
+          if (this.channels.get(channel) === c) this.channels.delete(channel); // the next waiter retries
+          return false;
+        },
+      );
       this.channels.set(channel, c);
       ch = c;
     }
@@ -49,7 +58,13 @@ export class Subscriptions {
     ch.linger = setTimeout(() => {
       if (this.channels.get(channel) !== ch || ch.listeners.size > 0) return;
       this.channels.delete(channel);
-      void this.adapter.unsubscribe(channel).catch(() => {});
+      const done: Promise<void> = this.adapter
+        .unsubscribe(channel)
+        .catch(() => {})
+        .then(() => {
+          if (this.leaving.get(channel) === done) this.leaving.delete(channel);
+        });
+      this.leaving.set(channel, done);
     }, LINGER_MS);
     ch.linger.unref();
   }
