@@ -50,3 +50,34 @@ test("a waiter that gives up does not deafen the other Locks' waiter on the same
   expect(delay).toBeLessThan(500); // pushed: not its refresh bound (1 s after its last attempt)
   await lease.release();
 }, 30_000);
+
+test("a waiter that is granted and releases hands over to the other Locks' waiter on the same key", async () => {
+  const key = 'granted';
+  const admin = make();
+  const shared = redlock(make());
+  const a = createLocks(shared, { prefix, ttl: '30s' });
+  const b = createLocks(shared, { prefix, ttl: '30s' });
+  const h = createLocks(redlock(make()), { prefix, ttl: '30s' });
+  open.push(a, b, h);
+  const held = await h.acquire(key);
+  const first = a.acquire(key, { wait: '20s' });
+  const second = b.acquire(key, { wait: '20s' });
+  first.catch(() => {});
+  second.catch(() => {});
+  const queued = async () =>
+    (await Promise.all(admin.map((c) => c.zcard(`{${prefix}:${key}}:q`)))).every((n) => n === 1);
+  await eventually(queued, 5000, 'the shared backend queued on every node');
+  await held.release();
+  // one of the two is granted; its release must wake the other (same backend, same place)
+  const { winner, other } = await Promise.race([
+    first.then((l) => ({ winner: l, other: second })),
+    second.then((l) => ({ winner: l, other: first })),
+  ]);
+  const releasedAt = performance.now();
+  await winner.release();
+  const lease = await other;
+  const delay = performance.now() - releasedAt;
+  console.log(`[redlock shared-backend] granted ${Math.round(delay)} ms after the other waiter's release`);
+  expect(delay).toBeLessThan(500); // pushed: not its refresh bound (1 s after its last attempt)
+  await lease.release();
+}, 30_000);
